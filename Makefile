@@ -1,0 +1,52 @@
+# Set-up and main targets. `make run` and `make test` work on a fresh machine: they create
+# .venv, install torch==2.13.0 first (a CPU wheel; a bare `torch` would pull a CUDA build),
+# then the project.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+STAMP  := $(VENV)/.installed
+TSTAMP := $(VENV)/.installed-test
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: help install corpus run report test test-fast clean
+
+help:
+	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
+	@echo "make test       install with test extras, run the whole test suite"
+	@echo "make test-fast  tests without the real-corpus integration tests"
+	@echo "make report     rewrite reports/ledger.md from mlflow.db"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e .
+	@touch $@
+
+$(TSTAMP): $(STAMP)
+	$(PIP) install -q -e '.[test]'
+	@touch $@
+
+install: $(STAMP)
+
+corpus: $(STAMP)
+	$(PY) -m rag.corpus.fetch flask==3.1.3
+
+run: corpus
+	$(PY) -m rag.run
+
+report: $(STAMP)
+	$(PY) -m rag.report
+
+test: $(TSTAMP)
+	$(PY) -m pytest
+
+test-fast: $(TSTAMP)
+	$(PY) -m pytest -m "not integration"
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

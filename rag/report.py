@@ -1,0 +1,54 @@
+"""``python -m rag.report``: write reports/ledger.md from the MLflow ledger."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rag.config import expand_path, tracking_uri
+from rag.ledger.report import LedgerRow, render_ledger
+
+
+def write_report(uri: str, out_path: Path, *, prefix: str = "rag") -> Path:
+    """Read every finished row of the ``prefix-*`` experiments and write the markdown ledger.
+
+    Returns:
+        ``out_path``.
+    """
+    from rag.ledger.mlflow_store import Ledger
+
+    ledger = Ledger(uri)
+    rows: list[LedgerRow] = []
+    for exp in ledger.experiments(prefix):
+        rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+    tmp.write_text(render_ledger(rows, source=uri) + "\n", encoding="utf-8")
+    tmp.replace(out_path)
+    return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rag.report",
+        description="Write the markdown ledger (one row per MLflow run) from the MLflow store.")
+    parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db",
+                        help="MLflow tracking URI; a relative sqlite path is taken from the "
+                             "project root (default: sqlite:///mlflow.db)")
+    parser.add_argument("--out", default="reports/ledger.md",
+                        help="output file, relative to the project root (default: reports/ledger.md)")
+    parser.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
+    args = parser.parse_args(argv)
+    uri = tracking_uri(args.tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        print(f"error: no ledger at {uri}; run `python -m rag.run` first", file=sys.stderr)
+        return 1
+    path = write_report(uri, expand_path(args.out), prefix=args.prefix)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,232 @@
+"""``python -m rag.run``: index the corpus, evaluate the golden and negative sets, log one
+ledger row to MLflow and refresh reports/ledger.md.
+
+Every flag is a Hydra key: ``python -m rag.run search.mode=bm25 search.top_k=5``.
+``python -m rag.run --help`` lists the config groups; ``--cfg job`` prints the config.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from rag.config import expand_path, project_root, register_configs, to_container, tracking_uri, validate
+
+log = logging.getLogger("rag.run")
+register_configs()
+
+# Models and indexes are kept for the life of the process, so the jobs of a sweep run by
+# Hydra's basic launcher (one process) load the model and build the index once.
+_EMBEDDERS: dict[tuple, Any] = {}
+_INDEXES: dict[tuple, Any] = {}
+
+
+class RunError(RuntimeError):
+    """A user-facing failure: printed as one ``error:`` message, exit status 2."""
+
+
+def corpus_root(cfg: DictConfig) -> Path:
+    """The corpus directory: ``corpus.path`` if set, else the fetched sdist (fetched once)."""
+    from rag.corpus.fetch import CorpusFetchError, fetch_sdist
+
+    if cfg.corpus.path:
+        root = expand_path(cfg.corpus.path, base=Path.cwd())
+        if not root.is_dir():
+            raise RunError(f"corpus.path={cfg.corpus.path!r}: {root} is not a directory")
+        return root
+    try:
+        return fetch_sdist(cfg.corpus.sdist, expand_path(cfg.paths.cache_dir))
+    except CorpusFetchError as exc:
+        raise RunError(str(exc)) from exc
+
+
+def get_embedder(cfg: DictConfig):
+    """The configured embedder, loaded once per process."""
+    from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
+
+    e = cfg.embedder
+    key = (e.name, e.model_path, e.max_seq_length, e.batch_size, e.normalize)
+    if key not in _EMBEDDERS:
+        try:
+            _EMBEDDERS[key] = SentenceTransformerEmbedder(
+                name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+                batch_size=e.batch_size, normalize=e.normalize)
+        except ModelNotFoundError as exc:
+            raise RunError(str(exc)) from exc
+    return _EMBEDDERS[key]
+
+
+def get_index(cfg: DictConfig, root: Path, embedder):
+    """Build (or reuse, within this process) the index of ``root``."""
+    from rag.index.build import EmptyCorpusError, build_index, corpus_fingerprint  # noqa: F401
+
+    c, b = cfg.corpus, cfg.bm25
+    backend = str(getattr(b.backend, "value", b.backend))
+    key = (str(root), embedder.model_id, backend, b.k1, b.b, c.max_file_bytes, c.window_lines,
+           c.window_overlap)
+    if key in _INDEXES:
+        index = _INDEXES[key]
+        index.stats = {**index.stats, "chunks_embedded": 0,
+                       "chunks_from_cache": len(index.chunks), "index_reused": 1}
+        return index
+    try:
+        index = build_index(root, embedder=embedder, cache_dir=expand_path(cfg.paths.cache_dir),
+                            bm25_backend=backend, k1=b.k1, b=b.b,
+                            max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
+                            window_overlap=c.window_overlap)
+    except EmptyCorpusError as exc:
+        raise RunError(str(exc)) from exc
+    index.stats["index_reused"] = 0
+    _INDEXES[key] = index
+    return index
+
+
+def per_query_csv(rows: list[dict[str, Any]]) -> str:
+    """The per-query table as CSV (union of columns, in first-seen order)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
+              stats: dict[str, Any], out=sys.stdout) -> None:
+    """Print the ledger row just added: flags, every headline metric, and index stats."""
+    ks = list(cfg.eval.recall_ks)
+    mode = getattr(cfg.search.mode, "value", cfg.search.mode)
+    prose = getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)
+    p = lambda k: metrics.get(k, float("nan"))  # noqa: E731
+    print(f"\nledger row {run_id or '(tracking disabled: not logged)'}", file=out)
+    print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
+          f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} rerank={cfg.rerank.enabled} "
+          f"min_dense={cfg.abstain.min_dense} weak_dense={cfg.abstain.weak_dense}", file=out)
+    print(f"  positives {int(p('n_positives'))}  negatives {int(p('n_negatives'))}", file=out)
+    print("  " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
+    print("  " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
+    print(f"  MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
+          f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}", file=out)
+    print(f"  abstain_rate {p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}",
+          file=out)
+    print(f"  latency p50 {p('latency_p50_ms'):.1f} ms  p95 {p('latency_p95_ms'):.1f} ms  "
+          f"(embed_query p50 {p('latency_embed_query_p50_ms'):.1f}, dense {p('latency_dense_p50_ms'):.2f}, "
+          f"bm25 {p('latency_bm25_p50_ms'):.2f})", file=out)
+    print(f"  calibration: positive_min_top_dense {p('calibration/positive_min_top_dense'):.3f}  "
+          f"negative_max_top_dense {p('calibration/negative_max_top_dense'):.3f}  "
+          f"suggested min_dense {p('calibration/suggested_min_dense'):.2f} "
+          f"weak_dense {p('calibration/suggested_weak_dense'):.2f}", file=out)
+    print(f"  index: {stats.get('files_indexed')} files, {stats.get('chunks')} chunks, "
+          f"chunks embedded: {stats.get('chunks_embedded')}, from cache: "
+          f"{stats.get('chunks_from_cache')}, truncated at {cfg.embedder.max_seq_length} "
+          f"word pieces: {stats.get('chunks_truncated')} "
+          f"({100 * stats.get('chunks_truncated_share', 0):.1f}%)", file=out)
+    skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
+               if k.startswith("files_skipped_") and v}
+    print(f"  files skipped: {skipped or 'none'}", file=out)
+
+
+def run_job(cfg: DictConfig) -> dict[str, float]:
+    """Execute one evaluation and (if tracking is on) log it as one ledger row.
+
+    Validation (config, corpus, golden labels) happens before anything is written, so a
+    failing run leaves no MLflow row.
+
+    Returns:
+        The metrics (Hydra sweepers may optimise on them).
+
+    Raises:
+        RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
+    """
+    from rag.eval.evaluate import evaluate, trec_run_lines
+    from rag.eval.golden import GoldenError, load_golden
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    t_start = time.perf_counter()
+    try:
+        validate(cfg)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
+    root = corpus_root(cfg)
+    golden_dir = expand_path(cfg.eval.golden_dir, base=project_root())
+    embedder = get_embedder(cfg)
+    index = get_index(cfg, root, embedder)
+    try:
+        golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols)
+    except GoldenError as exc:
+        raise RunError(str(exc)) from exc
+    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg))
+    result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
+                      ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth)
+    metrics = dict(result.metrics)
+    for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
+              "chunks_truncated_share", "files_indexed", "index_reused"):
+        if k in index.stats:
+            metrics[f"index/{k}"] = float(index.stats[k])
+    for k, v in index.stats.items():
+        if k.startswith("files_skipped_") or k.endswith("_s"):
+            metrics[f"index/{k}"] = float(v)
+    metrics["wall_s"] = time.perf_counter() - t_start
+
+    run_id = None
+    t = cfg.tracking
+    if t.enabled:
+        from rag.ledger.mlflow_store import Ledger, git_commit, params_from_config
+        from rag.report import write_report
+
+        container = to_container(cfg)
+        uri = tracking_uri(t.uri)
+        ledger = Ledger(uri, expand_path(t.artifact_root))
+        artifacts = {
+            "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
+            "per_query.csv": per_query_csv(result.per_query),
+            "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
+            "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
+        }
+        tags = {
+            "git_commit": git_commit(project_root()),
+            "corpus": cfg.corpus.name,
+            "corpus_root": str(root),
+            "corpus_fingerprint": index.corpus_fingerprint,
+            "golden_fingerprint": golden.fingerprint,
+            "golden_dir": str(golden_dir),
+            "model_id": embedder.model_id,
+            "mlflow.source.git.commit": git_commit(project_root()).removesuffix("-dirty"),
+        }
+        run_id = ledger.log_row(experiment=f"{t.experiment_prefix}-{cfg.corpus.name}",
+                                run_name=t.run_name, params=params_from_config(container),
+                                metrics=metrics, tags=tags, artifacts=artifacts)
+        print_row(run_id, cfg, metrics, index.stats)
+        report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix)
+        print(f"  ledger: {uri}\n  report: {report}")
+    else:
+        print_row(None, cfg, metrics, index.stats)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    """Hydra entry point; returns MRR so a sweeper can optimise on it."""
+    for name in ("mlflow", "sentence_transformers", "bm25s", "transformers", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        metrics = run_job(cfg)
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return metrics.get("mrr", 0.0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Search: routing, channels, fusion, abstention and the pipeline that chains them."""

@@ -1,0 +1,172 @@
+"""The retrieval pipeline: route -> channels -> fusion -> abstention -> hits.
+
+Every hit carries its per-channel scores (``dense``, ``bm25``, ``rrf``; None where a channel
+did not score it), so a result can be attributed to a channel.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rag.index.build import Index
+from rag.search.abstain import band
+from rag.search.fusion import rrf
+from rag.search.route import route
+
+STAGES = ("route", "embed_query", "dense", "bm25", "fusion", "abstain")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Every search flag (the ``search``, ``fusion`` and ``abstain`` config groups)."""
+
+    mode: str = "auto"
+    prose_mode: str = "dense"
+    top_k: int = 8
+    candidates: int = 40
+    rrf_k: int = 60
+    min_dense: float = 0.45
+    weak_dense: float = 0.55
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "SearchOptions":
+        """Build from a composed config (``cfg.search``, ``cfg.fusion``, ``cfg.abstain``)."""
+        return cls(mode=str(getattr(cfg.search.mode, "value", cfg.search.mode)),
+                   prose_mode=str(getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)),
+                   top_k=int(cfg.search.top_k), candidates=int(cfg.search.candidates),
+                   rrf_k=int(cfg.fusion.rrf_k), min_dense=float(cfg.abstain.min_dense),
+                   weak_dense=float(cfg.abstain.weak_dense))
+
+
+@dataclass
+class Hit:
+    """One returned chunk; ``score`` is the value the final ranking sorted on."""
+
+    chunk_id: str
+    path: str
+    symbol: str | None
+    start_line: int
+    end_line: int
+    category: str
+    score: float
+    scores: dict[str, float | None]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the seed's hit shape plus ``chunk_id`` and ``score``)."""
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    """The answer to one query.
+
+    Attributes:
+        hits: the first ``top_k`` of ``ranked`` (empty when dropped).
+        ranked: the ranking to ``depth`` (what evaluation scores); empty when dropped.
+        route: the effective mode (bm25, dense, hybrid).
+        top_dense: the best dense cosine over the corpus, or None if dense did not run.
+        dropped: number of hits removed by the ``min_dense`` floor.
+        weak_match: the top dense cosine fell in the weak band.
+        timings_ms: wall time per stage (see :data:`STAGES`) and ``total``.
+    """
+
+    hits: list[Hit]
+    ranked: list[Hit]
+    route: str
+    top_dense: float | None
+    dropped: int
+    weak_match: bool
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class SearchPipeline:
+    """Runs one query through the configured stages over an :class:`Index`."""
+
+    def __init__(self, index: Index, options: SearchOptions) -> None:
+        self.index = index
+        self.options = options
+
+    def search(self, query: str, *, depth: int | None = None) -> SearchResult:
+        """Search one query.
+
+        Args:
+            query: the question or identifier.
+            depth: length of ``ranked`` (default ``top_k``); channels retrieve
+                ``max(candidates, depth)`` each.
+
+        Raises:
+            ValueError: empty query, or a dense route on an index without embeddings.
+        """
+        if not query or not query.strip():
+            raise ValueError("empty query")
+        o = self.options
+        depth = max(depth or o.top_k, o.top_k)
+        pool = max(o.candidates, depth)
+        t: dict[str, float] = {}
+        t_start = time.perf_counter()
+
+        t0 = time.perf_counter()
+        eff = route(query, mode=o.mode, prose_mode=o.prose_mode)
+        t["route"] = time.perf_counter() - t0
+
+        dense_scores = None
+        dense_rank: list[tuple[int, float]] = []
+        bm25_rank: list[tuple[int, float]] = []
+        if eff in ("dense", "hybrid"):
+            if self.index.dense is None:
+                raise ValueError(f"route {eff!r} needs a dense channel but the index has none")
+            t0 = time.perf_counter()
+            qvec = self.index.dense.embed_query(query)
+            t["embed_query"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            dense_scores = self.index.dense.scores(qvec)
+            dense_rank = self.index.dense.top(dense_scores, pool)
+            t["dense"] = time.perf_counter() - t0
+        bm25_scores: dict[int, float] = {}
+        if eff in ("bm25", "hybrid"):
+            t0 = time.perf_counter()
+            bm25_rank = self.index.bm25.search(query, pool)
+            bm25_scores = dict(bm25_rank)
+            t["bm25"] = time.perf_counter() - t0
+
+        rrf_scores: dict[int, float] = {}
+        if eff == "hybrid":
+            t0 = time.perf_counter()
+            fused = rrf({"dense": [i for i, _ in dense_rank], "bm25": [i for i, _ in bm25_rank]},
+                        k=o.rrf_k)
+            rrf_scores = dict(fused)
+            order = fused
+            t["fusion"] = time.perf_counter() - t0
+        elif eff == "dense":
+            order = dense_rank
+        else:
+            order = bm25_rank
+
+        t0 = time.perf_counter()
+        top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
+        decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
+        ranked = [self._hit(i, s, dense_scores, bm25_scores if eff != "dense" else None,
+                            rrf_scores if eff == "hybrid" else None)
+                  for i, s in order[:depth]]
+        dropped = 0
+        if decision.drop:
+            dropped = min(len(ranked), o.top_k)
+            ranked = []
+        t["abstain"] = time.perf_counter() - t0
+        timings = {k: v * 1000.0 for k, v in t.items()}
+        timings["total"] = (time.perf_counter() - t_start) * 1000.0
+        return SearchResult(hits=ranked[:o.top_k], ranked=ranked, route=eff, top_dense=top_dense,
+                            dropped=dropped, weak_match=decision.weak_match, timings_ms=timings)
+
+    def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores) -> Hit:
+        c = self.index.chunks[i]
+        return Hit(
+            chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
+            end_line=c.end_line, category=c.category, score=float(score),
+            scores={
+                "dense": float(dense_scores[i]) if dense_scores is not None else None,
+                "bm25": (bm25_scores.get(i) if bm25_scores is not None else None),
+                "rrf": (rrf_scores.get(i) if rrf_scores is not None else None),
+            })
