@@ -137,6 +137,14 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"  files skipped: {skipped or 'none'}", file=out)
 
 
+def _import_mlflow() -> None:
+    try:
+        import mlflow.entities  # noqa: F401
+        import mlflow.tracking  # noqa: F401
+    except Exception:  # noqa: BLE001 - the real import later reports any problem
+        pass
+
+
 def run_job(cfg: DictConfig) -> dict[str, float]:
     """Execute one evaluation and (if tracking is on) log it as one ledger row.
 
@@ -154,6 +162,11 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     t_start = time.perf_counter()
+    if cfg.tracking.enabled:
+        # MLflow takes seconds to import; do it while the model runs (torch releases the GIL).
+        import threading
+
+        threading.Thread(target=_import_mlflow, daemon=True).start()
     try:
         validate(cfg)
     except ValueError as exc:

@@ -154,7 +154,8 @@ class EmbeddingCache:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.execute(
-            "CREATE TABLE IF NOT EXISTS emb (hash TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            "CREATE TABLE IF NOT EXISTS emb (hash TEXT PRIMARY KEY, vec BLOB NOT NULL, "
+            "n_tokens INTEGER NOT NULL)")
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('model_id', ?)", (model_id,))
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('dim', ?)", (str(dim),))
         self._db.commit()
@@ -162,22 +163,23 @@ class EmbeddingCache:
         if stored["model_id"] != model_id or int(stored["dim"]) != dim:
             raise ValueError(f"embedding cache {self.path} belongs to {stored}, not {model_id}")
 
-    def get_many(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        """Cached vectors for the hashes that are present."""
-        out: dict[str, np.ndarray] = {}
+    def get_many(self, hashes: Sequence[str]) -> dict[str, tuple[np.ndarray, int]]:
+        """Cached (vector, untruncated word-piece count) for the hashes that are present."""
+        out: dict[str, tuple[np.ndarray, int]] = {}
         uniq = list(dict.fromkeys(hashes))
         for start in range(0, len(uniq), 900):
             part = uniq[start:start + 900]
-            q = f"SELECT hash, vec FROM emb WHERE hash IN ({','.join('?' * len(part))})"
-            for h, blob in self._db.execute(q, part):
-                out[h] = np.frombuffer(blob, dtype=np.float32)
+            q = f"SELECT hash, vec, n_tokens FROM emb WHERE hash IN ({','.join('?' * len(part))})"
+            for h, blob, n in self._db.execute(q, part):
+                out[h] = (np.frombuffer(blob, dtype=np.float32), int(n))
         return out
 
-    def put_many(self, hashes: Sequence[str], vecs: np.ndarray) -> None:
-        """Store vectors (shape (len(hashes), dim)); existing keys are left alone."""
-        rows = [(h, np.ascontiguousarray(v, dtype=np.float32).tobytes())
-                for h, v in zip(hashes, vecs)]
-        self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?, ?)", rows)
+    def put_many(self, hashes: Sequence[str], vecs: np.ndarray, n_tokens: Sequence[int]) -> None:
+        """Store vectors (shape (len(hashes), dim)) with their word-piece counts; existing keys
+        are left alone."""
+        rows = [(h, np.ascontiguousarray(v, dtype=np.float32).tobytes(), int(n))
+                for h, v, n in zip(hashes, vecs, n_tokens)]
+        self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?, ?, ?)", rows)
         self._db.commit()
 
     def close(self) -> None:
@@ -217,17 +219,20 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
     bar = tqdm(total=len(todo), desc="embedding", unit="chunk", disable=not progress or not todo)
     for start in range(0, len(todo), batch):
         part = todo[start:start + batch]
-        vecs = embedder.embed([texts[i] for _, i in part])
-        cache.put_many([h for h, _ in part], vecs)
-        for (h, _), v in zip(part, vecs):
-            cached[h] = v
+        part_texts = [texts[i] for _, i in part]
+        vecs = embedder.embed(part_texts)
+        counts = embedder.count_tokens(part_texts)
+        cache.put_many([h for h, _ in part], vecs, counts)
+        for (h, _), v, n in zip(part, vecs, counts):
+            cached[h] = (v, n)
         bar.update(len(part))
     bar.close()
     matrix = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    truncated = 0
     for i, h in enumerate(hashes):
-        matrix[i] = cached[h]
-    lengths = embedder.count_tokens(texts) if texts else []
-    truncated = sum(1 for n in lengths if n > embedder.max_seq_length)
+        vec, n = cached[h]
+        matrix[i] = vec
+        truncated += n > embedder.max_seq_length
     stats = EmbedStats(chunks=len(texts), embedded=len(todo), cached=len(texts) - len(todo),
                        truncated=truncated,
                        truncated_share=truncated / len(texts) if texts else 0.0,
@@ -236,9 +241,18 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
 
 
 class DenseChannel:
-    """Exact cosine search over an (n_chunks, dim) normalised matrix."""
+    """Exact cosine search over an (n_chunks, dim) normalised matrix.
+
+    Creating one limits BLAS (OpenBLAS) to one thread for the whole process: OpenBLAS worker
+    threads spin after each matrix-vector product and then compete with torch's OpenMP threads
+    for the same cores, which tripled query-embedding time here (23 ms -> 63 ms p50 on the
+    2-core machine). A matrix-vector product is memory-bound, so one thread loses little.
+    """
 
     def __init__(self, embedder: Embedder, matrix: np.ndarray) -> None:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
         self.embedder = embedder
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
 
