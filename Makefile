@@ -36,7 +36,7 @@ install: $(STAMP)
 corpus: $(STAMP)
 	$(PY) -m rag.corpus.fetch flask==3.1.3
 
-run: corpus
+run: $(STAMP)
 	$(PY) -m rag.run
 
 report: $(STAMP)

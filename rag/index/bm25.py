@@ -25,7 +25,12 @@ class BM25Scorer(Protocol):
 
 
 class Bm25sScorer:
-    """bm25s backend (method ``robertson``)."""
+    """bm25s backend (method ``robertson``).
+
+    bm25s leaves the constant ``(k1 + 1)`` out of the term-frequency numerator; it is put back
+    here so both backends report the same Okapi score (rank_bm25 keeps it), not just the same
+    ranking.
+    """
 
     def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> None:
         import bm25s
@@ -34,23 +39,29 @@ class Bm25sScorer:
         self._model = bm25s.BM25(method="robertson", k1=k1, b=b)
         self._model.index([list(t) for t in corpus_tokens], show_progress=False)
         self._vocab = self._model.vocab_dict
+        self._scale = k1 + 1.0
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every chunk, shape (n_chunks,), float32; tokens not in the vocabulary score 0."""
         known = [t for t in query_tokens if t in self._vocab]
         if not known:
             return np.zeros(self._n, dtype=np.float32)
-        return np.asarray(self._model.get_scores(known), dtype=np.float32)
+        return np.asarray(self._model.get_scores(known), dtype=np.float32) * np.float32(self._scale)
 
 
 class RankBM25Scorer:
-    """rank-bm25 ``BM25Okapi`` backend (the reference)."""
+    """rank-bm25 ``BM25Okapi`` backend (the reference).
+
+    ``epsilon=0``: a term in more than half of the chunks has a negative Robertson IDF; both
+    backends floor it at 0 (bm25s clamps the IDF's argument at 1; BM25Okapi's default would
+    instead substitute 0.25 x the mean IDF, which ranks differently).
+    """
 
     def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> None:
         from rank_bm25 import BM25Okapi
 
         self._n = len(corpus_tokens)
-        self._model = BM25Okapi([list(t) for t in corpus_tokens], k1=k1, b=b)
+        self._model = BM25Okapi([list(t) for t in corpus_tokens], k1=k1, b=b, epsilon=0.0)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every chunk, shape (n_chunks,), float64."""

