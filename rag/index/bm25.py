@@ -6,7 +6,8 @@
   (https://github.com/dorianbrown/rank_bm25).
 
 Scoring follows Robertson et al., "Okapi at TREC-3" (1994):
-``score(q, d) = sum_t idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))``.
+``score(q, d) = sum_t idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))``
+with ``idf(t) = max(0, ln((N - n_t + 0.5) / (n_t + 0.5)))``.
 """
 
 from __future__ import annotations
