@@ -148,3 +148,19 @@ def test_dense_exact_cosine_matches_numpy(fixture_repo, embedder, tmp_path):
     top = index.dense.top(scores, 3)
     assert [i for i, _ in top] == list(np.argsort(-ref, kind="stable")[:3])
     assert index.chunks[top[0][0]].symbol == "refund_order"
+
+
+def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golden):
+    marker = "zanzibar quokka marmalade"
+    q = fixture_golden / "queries.yaml"
+    q.write_text(q.read_text().replace("how do customers use a voucher to pay less", marker))
+    n = fixture_golden / "negatives.yaml"
+    n.write_text(n.read_text().replace("who won the football world cup in 1998",
+                                       "xylophone " + marker))
+    proc = _rag_run(run_overrides(tmp_path, fixture_repo, fixture_golden,
+                                  "tracking.enabled=false"), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    logs = [p.read_text() for p in (tmp_path / "out").rglob("*.log")]
+    assert logs, "hydra wrote no job log"
+    for text in (proc.stdout, proc.stderr, *logs):
+        assert "quokka" not in text and "xylophone" not in text

@@ -136,15 +136,23 @@ def chunk_python(doc: Document) -> list[Chunk]:
 # --------------------------------------------------------------------------- Markdown / reST
 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _RST_ADORNMENT = re.compile(r"^([=\-~^\"'`*+#:.<>_])\1{2,}\s*$")
 
 
 def _section_starts_markdown(lines: list[str]) -> list[tuple[int, str]]:
-    starts, fenced = [], False
+    starts: list[tuple[int, str]] = []
+    fence: str | None = None  # the opening fence run, e.g. "```" or "~~~~"
     for i, line in enumerate(lines):
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        m = None if fenced else _MD_HEADING.match(line)
+        m_fence = _MD_FENCE.match(line)
+        if m_fence:
+            run = m_fence.group(1)
+            if fence is None:
+                fence = run
+            elif run[0] == fence[0] and len(run) >= len(fence) and not line.strip()[len(run):]:
+                fence = None  # CommonMark: closed only by the same character, at least as long
+            continue
+        m = None if fence else _MD_HEADING.match(line)
         if m:
             starts.append((i, m.group(2).strip()))
     return starts

@@ -105,7 +105,8 @@ def _is_binary(head: bytes) -> bool:
 
 def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
                 stats: WalkStats | None = None) -> Iterator[Document]:
-    """Yield the corpus's text files in sorted path order.
+    """Yield the corpus's text files in a deterministic order (top-down: each directory's files
+    sorted by name, then its subdirectories sorted by name).
 
     Skips (and counts in ``stats.skipped``): ``.git`` directories (``git_dir``), anything
     matched by a ``.gitignore`` at its own level or above (``gitignored``; patterns are
@@ -128,18 +129,21 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
     specs: list[tuple[str, pathspec.PathSpec]] = []  # (dir relative to root, spec)
 
     def ignored(rel: str, is_dir: bool) -> bool:
-        for base, spec in specs:
-            if base and not (rel == base or rel.startswith(base + "/")):
+        # git semantics: the deepest .gitignore with a matching pattern decides, and within one
+        # file the last matching pattern wins (so a nested "!keep.log" re-includes a file that a
+        # parent "*.log" ignores).
+        for base, spec in reversed(specs):
+            if base and not rel.startswith(base + "/"):
                 continue
             sub = rel[len(base) + 1:] if base else rel
-            if spec.match_file(sub + "/" if is_dir else sub):
-                return True
+            verdict = spec.check_file(sub + "/" if is_dir else sub).include
+            if verdict is not None:
+                return bool(verdict)
         return False
 
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
-        # specs of directories we have left are harmless (prefix check), but keep the list short
         if ".gitignore" in filenames:
             gi = Path(dirpath) / ".gitignore"
             try:

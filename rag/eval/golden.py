@@ -94,7 +94,17 @@ class _LineLoader(yaml.SafeLoader):
     """SafeLoader that records the 1-based line of every mapping under ``__line__``."""
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping repeats a key (PyYAML would silently keep the last value)."""
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise DuplicateKeyError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        seen.add(key)
     mapping = yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
     mapping["__line__"] = node.start_mark.line + 1
     return mapping
@@ -115,6 +125,10 @@ def _load_yaml(path: Path, problems: list[str]) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         problems.append(f"{path}:1: expected a mapping at the top level")
         return None
+    allowed = {"corpus", "queries" if path.name == QUERIES_FILE else "negatives", "__line__"}
+    extra = set(data) - allowed
+    if extra:
+        problems.append(f"{path}:1: unknown top-level key(s) {sorted(extra)}")
     return data
 
 
@@ -217,9 +231,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 problems.append(f"{where}: query {qid!r} labels {p!r} both with and without a symbol")
             if len({lab.doc_key for lab in labels}) != len(labels):
                 problems.append(f"{where}: query {qid!r} repeats a label")
+            tags = _tags(item.get("tags"), where, problems)
             if ok:
-                positives.append(GoldenQuery(id=qid, query=item["query"].strip(),
-                                             tags=_tags(item.get("tags"), where, problems),
+                positives.append(GoldenQuery(id=qid, query=item["query"].strip(), tags=tags,
                                              relevant=tuple(labels),
                                              line=item.get("__line__", 0)))
     if ndata is not None:
@@ -236,9 +250,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             if extra:
                 problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             qid = item.get("id")
+            tags = _tags(item.get("tags"), where, problems)
             if check_id(qid, where) & check_query(item.get("query"), where, qid):
-                negatives.append(NegativeQuery(id=qid, query=item["query"].strip(),
-                                               tags=_tags(item.get("tags"), where, problems),
+                negatives.append(NegativeQuery(id=qid, query=item["query"].strip(), tags=tags,
                                                note=str(item.get("note", "")),
                                                line=item.get("__line__", 0)))
     if problems:

@@ -34,8 +34,11 @@ class Bm25sScorer:
     """
 
     def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> None:
+        import logging
+
         import bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build at DEBUG
         self._n = len(corpus_tokens)
         self._model = bm25s.BM25(method="robertson", k1=k1, b=b)
         self._model.index([list(t) for t in corpus_tokens], show_progress=False)

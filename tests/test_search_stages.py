@@ -1,0 +1,272 @@
+"""The search stages one by one: tokenizer, router, RRF fusion, abstention bands, BM25."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rag.index.bm25 import build_bm25, top_positive
+from rag.index.tokenize import STOPWORDS, tokenize
+from rag.search.abstain import Band, band
+from rag.search.fusion import rrf
+from rag.search.route import looks_like_symbol, route
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("handleAuthCallback", ["handleauthcallback", "handle", "auth", "callback"]),
+    # snake_case: the whole, then the words ('for' is a stopword)
+    ("url_for", ["url_for", "url"]),
+    ("SECRET_KEY", ["secret_key", "secret", "key"]),
+    # dotted: whole, each component, then the words of make_response
+    ("flask.app.make_response",
+     ["flask.app.make_response", "flask", "app", "make_response", "make", "response"]),
+    # path
+    ("src/flask/json/provider.py",
+     ["src/flask/json/provider.py", "src", "flask", "json", "provider", "py"]),
+    # kebab-case
+    ("max-age", ["max-age", "max", "age"]),
+    # acronym inside camelCase
+    ("getHTTPResponse", ["gethttpresponse", "get", "http", "response"]),
+    # a plain word is not repeated
+    ("JSON", ["json"]),
+    ("Blueprint", ["blueprint"]),
+    # stopwords and 1-character tokens removed
+    ("how do I use the session", ["use", "session"]),
+    ("a x yz", ["yz"]),
+    ("the and of", []),
+    ("", []),
+    # leading underscores stripped
+    ("_private", ["private"]),
+    # duplicates across the text are kept (term frequency)
+    ("auth auth", ["auth", "auth"]),
+])
+def test_tokenize(text: str, tokens: list[str]):
+    assert tokenize(text) == tokens
+
+
+def test_tokenize_camel_case_contains_all_parts():
+    toks = set(tokenize("def handleAuthCallback(request): pass"))
+    assert {"handleauthcallback", "handle", "auth", "callback", "request", "def", "pass"} <= toks
+
+
+def test_stopwords_never_emitted():
+    text = " ".join(sorted(STOPWORDS))
+    assert tokenize(text) == []
+    # but an identifier that merely contains a stopword part is kept
+    assert tokenize("is_valid") == ["is_valid", "valid"]
+
+
+# --------------------------------------------------------------------------- router
+
+
+@pytest.mark.parametrize("query", [
+    "url_for", "handleAuthCallback", "flask.app", "flask/json", "max-age", "SECRET_KEY", "JSON",
+    "  url_for  ", "Flask.make_response",
+])
+def test_looks_like_symbol_true(query: str):
+    assert looks_like_symbol(query) is True
+
+
+@pytest.mark.parametrize("query", [
+    "Blueprint", "how do I x", "make_response please", "", "   ", "session", "A",
+    "what is url_for?",
+])
+def test_looks_like_symbol_false(query: str):
+    assert looks_like_symbol(query) is False
+
+
+def test_route():
+    assert route("url_for", mode="auto", prose_mode="dense") == "bm25"
+    assert route("how are sessions signed", mode="auto", prose_mode="dense") == "dense"
+    assert route("how are sessions signed", mode="auto", prose_mode="hybrid") == "hybrid"
+    # a fixed mode ignores the query's shape
+    for mode in ("bm25", "dense", "hybrid"):
+        assert route("url_for", mode=mode, prose_mode="dense") == mode
+        assert route("how are sessions signed", mode=mode, prose_mode="dense") == mode
+    with pytest.raises(ValueError):
+        route("url_for", mode="sparse", prose_mode="dense")
+
+
+# --------------------------------------------------------------------------- fusion
+
+
+def test_rrf_hand_computed():
+    fused = rrf({"A": [1, 2, 3], "B": [4, 5, 1]})
+    # 1: rank 1 in A, rank 3 in B -> 1/61 + 1/63; 4: 1/61; 2 and 5: 1/62 (tie -> 2 first); 3: 1/63
+    expected = [(1, 1 / 61 + 1 / 63), (4, 1 / 61), (2, 1 / 62), (5, 1 / 62), (3, 1 / 63)]
+    assert [i for i, _ in fused] == [i for i, _ in expected]
+    for (_, got), (_, want) in zip(fused, expected):
+        assert got == pytest.approx(want, abs=1e-15)
+
+
+def test_rrf_k_and_ties():
+    # k = 0: 1/(0+1) = 1 and 1/(0+2) = 0.5; 'b' gets 1/2 + 1/1 = 1.5
+    assert rrf({"A": ["a", "b"], "B": ["b"]}, k=0) == [("b", 1.5), ("a", 1.0)]
+    # equal scores are ordered by the item
+    assert [i for i, _ in rrf({"A": ["zeta"], "B": ["alpha"]})] == ["alpha", "zeta"]
+    # k = 10: x at 1 and 2 -> 1/11 + 1/12
+    assert rrf({"A": ["x"], "B": ["y", "x"]}, k=10)[0] == ("x", pytest.approx(1 / 11 + 1 / 12))
+    assert rrf({}) == []
+    assert rrf({"A": [], "B": []}) == []
+    with pytest.raises(ValueError):
+        rrf({"A": [1]}, k=-1)
+
+
+# --------------------------------------------------------------------------- abstention
+
+
+@pytest.mark.parametrize("top, expected", [
+    (None, Band(drop=False, weak_match=False)),
+    (0.0, Band(drop=True, weak_match=False)),
+    (0.4499, Band(drop=True, weak_match=False)),
+    (0.45, Band(drop=False, weak_match=True)),     # min_dense is inclusive
+    (0.50, Band(drop=False, weak_match=True)),
+    (0.5499, Band(drop=False, weak_match=True)),
+    (0.55, Band(drop=False, weak_match=False)),    # weak_dense is normal
+    (0.95, Band(drop=False, weak_match=False)),
+])
+def test_band(top, expected):
+    assert band(top, min_dense=0.45, weak_dense=0.55) == expected
+
+
+def test_band_with_disabled_floor():
+    # min_dense = weak_dense = 0 never drops or flags a non-negative cosine
+    assert band(0.0, min_dense=0.0, weak_dense=0.0) == Band(False, False)
+    assert band(-0.1, min_dense=0.0, weak_dense=0.0) == Band(True, False)
+
+
+# --------------------------------------------------------------------------- BM25
+
+SMALL = ["alpha beta gamma", "alpha delta", "alpha epsilon zeta zeta", "omega theta",
+         "alpha kappa"]
+# N = 5 docs, lengths 3, 2, 4, 2, 2 -> avgdl = 13/5 = 2.6; k1 = 1.5, b = 0.75
+# 'zeta': n = 1 -> idf = ln((5 - 1 + 0.5) / (1 + 0.5)) = ln 3 = 1.0986123
+#   doc 2: tf = 2, |d| = 4: norm = 1 - b + b*4/2.6 = 0.25 + 1.1538462 = 1.4038462
+#   score = ln3 * 2 * 2.5 / (2 + 1.5 * 1.4038462) = 1.0986123 * 5 / 4.1057692 = 1.3378885
+ZETA_DOC2 = math.log(3) * 2 * 2.5 / (2 + 1.5 * (0.25 + 0.75 * 4 / 2.6))
+# 'delta': n = 1 -> idf ln 3; doc 1: tf = 1, |d| = 2: norm = 0.25 + 0.75*2/2.6 = 0.8269231
+#   score = ln3 * 2.5 / (1 + 1.5 * 0.8269231) = 1.0986123 * 2.5 / 2.2403846 = 1.2259193
+DELTA_DOC1 = math.log(3) * 1 * 2.5 / (1 + 1.5 * (0.25 + 0.75 * 2 / 2.6))
+
+
+def test_hand_constants():
+    assert ZETA_DOC2 == pytest.approx(1.3378885, abs=1e-6)
+    assert DELTA_DOC1 == pytest.approx(1.2259193, abs=1e-6)
+
+
+def test_rank_bm25_backend_matches_okapi_by_hand():
+    ch = build_bm25(SMALL, backend="rank_bm25")
+    assert ch.backend == "rank_bm25" and ch.n_chunks == 5
+    hits = ch.search("zeta", 10)
+    assert [i for i, _ in hits] == [2]
+    assert hits[0][1] == pytest.approx(ZETA_DOC2, rel=1e-9)
+    # two terms in two docs: doc 2 (zeta) before doc 1 (delta)
+    hits = ch.search("delta zeta", 10)
+    assert [i for i, _ in hits] == [2, 1]
+    assert hits[1][1] == pytest.approx(DELTA_DOC1, rel=1e-9)
+    # query term frequency counts: 'zeta zeta' scores twice 'zeta'
+    assert ch.search("zeta zeta", 10)[0][1] == pytest.approx(2 * ZETA_DOC2, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_both_backends_match_okapi_by_hand(backend: str):
+    # bm25s leaves out (k1 + 1); the channel puts it back, so both give the documented score
+    ch = build_bm25(SMALL, backend=backend)
+    hits = ch.search("zeta", 10)
+    assert [i for i, _ in hits] == [2]
+    assert hits[0][1] == pytest.approx(ZETA_DOC2, rel=1e-6)
+    hits = ch.search("delta zeta", 10)
+    assert [i for i, _ in hits] == [2, 1]
+    assert hits[1][1] == pytest.approx(DELTA_DOC1, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_common_term_idf_floored_at_zero(backend: str):
+    # 'alpha' is in 4 of 5 docs: ln((5 - 4 + 0.5) / (4 + 0.5)) = ln(1/3) < 0 -> idf 0, so it
+    # contributes nothing and alone gives no lexical hit
+    ch = build_bm25(SMALL, backend=backend)
+    assert ch.search("alpha", 10) == []
+    hits = ch.search("alpha zeta", 10)
+    assert [i for i, _ in hits] == [2]
+    assert hits[0][1] == pytest.approx(ZETA_DOC2, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_no_known_token_gives_no_hit(backend: str):
+    ch = build_bm25(SMALL, backend=backend)
+    assert ch.search("unknownword", 10) == []
+    assert ch.search("the and of", 10) == []   # only stopwords -> no token at all
+    assert ch.search("zeta", 0) == []
+    assert [i for i, _ in ch.search("zeta unknownword", 10)] == [2]
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        build_bm25(SMALL, backend="lucene")
+
+
+def test_top_positive():
+    scores = np.array([0.0, 2.0, 2.0, -1.0, 3.0, 0.5])
+    # positives 1, 2, 4, 5 ordered by (-score, index)
+    assert top_positive(scores, 10) == [(4, 3.0), (1, 2.0), (2, 2.0), (5, 0.5)]
+    assert top_positive(scores, 2) == [(4, 3.0), (1, 2.0)]
+    assert top_positive(np.zeros(4), 3) == []
+
+
+def _synthetic(seed: int = 7, n_docs: int = 40, n_vocab: int = 90):
+    rng = np.random.default_rng(seed)
+    letters = "bcdfghjklmnprstvz"
+    vowels = "aeiou"
+    vocab: list[str] = []
+    while len(vocab) < n_vocab:
+        w = "".join(rng.choice(list(letters)) + rng.choice(list(vowels)) for _ in range(3))
+        if w not in vocab:
+            vocab.append(w)
+    weights = 1.0 / np.arange(1, n_vocab + 1) ** 0.8   # Zipf-like: some frequent words
+    weights /= weights.sum()
+    docs = []
+    for _ in range(n_docs):
+        length = int(rng.integers(4, 40))
+        docs.append(" ".join(rng.choice(vocab, size=length, p=weights)))
+    tokenized = [tokenize(d) for d in docs]
+    df = {w: sum(1 for t in tokenized if w in t) for w in vocab}
+    usable = [i for i, w in enumerate(vocab) if df[w] > 0]
+    qp = weights[usable] ** 0.5   # flatter than the corpus, so rare and common words both occur
+    qp /= qp.sum()
+    queries = []
+    for _ in range(20):
+        n = int(rng.integers(1, 5))
+        words = [vocab[i] for i in rng.choice(usable, size=n, replace=True, p=qp)]
+        if rng.random() < 0.2:
+            words.append("qqqunknown")
+        queries.append(" ".join(words))
+    return vocab, docs, df, queries
+
+
+def test_synthetic_corpus_is_what_the_parity_test_needs():
+    vocab, docs, df, queries = _synthetic()
+    assert all(tokenize(w) == [w] for w in vocab)
+    assert len(docs) == 40 and len(queries) == 20
+    # frequent words (idf floored at 0) exist and appear in some queries
+    assert sum(1 for q in queries if any(df.get(w, 0) > 20 for w in q.split())) >= 3
+    assert any("qqqunknown" in q for q in queries)
+
+
+def test_backends_agree_on_top10_order():
+    _, docs, df, queries = _synthetic()
+    a = build_bm25(docs, backend="bm25s")
+    b = build_bm25(docs, backend="rank_bm25")
+    n_full = 0
+    for q in queries:
+        ha, hb = a.search(q, 10), b.search(q, 10)
+        assert [i for i, _ in ha] == [i for i, _ in hb], q
+        n_full += len(ha) == 10
+        assert [s for _, s in ha] == pytest.approx([s for _, s in hb], rel=1e-4), q
+    assert n_full >= 10   # most queries really fill the top 10
+    # a query made only of words in more than half of the docs has no lexical hit
+    common = " ".join(w for w, n in df.items() if n > 20)
+    assert common and a.search(common, 10) == [] and b.search(common, 10) == []
