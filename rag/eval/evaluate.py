@@ -58,6 +58,10 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
              ndcg_k: int, depth: int, progress: bool = True) -> EvalResult:
     """Evaluate ``pipeline`` on ``golden``.
 
+    ``abstain_rate`` = share of negatives with no hit or a ``weak_match`` result;
+    ``false_weak_rate`` = share of positives with no hit (dropped by the floor, or an empty
+    BM25 route) or a ``weak_match`` result.
+
     Ranking metrics are computed on the ranked list to ``depth`` (collapsed by doc id) and
     averaged over positives; a positive whose result was dropped scores 0. Negatives only feed
     ``abstain_rate``. The top dense cosine used for calibration is measured with the dense

@@ -98,7 +98,7 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str) -> str:
            f"Source: `{source}`. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
            "abstain is the share of negatives with no hit or only weak hits; false_weak the "
-           "share of positives whose best hit was weak or dropped; p50 is per-query search "
+           "share of positives that got no hit (dropped, or no lexical match) or only weak hits; p50 is per-query search "
            "latency.", ""]
     if not rows:
         out += ["_No ledger rows yet: run `python -m rag.run`._", ""]
