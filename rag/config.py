@@ -143,6 +143,15 @@ class TrackingConfig:
 
 
 @dataclass
+class SweepConfig:
+    """Set by a sweep file (conf/sweep/<name>.yaml): its name and the baseline job's overrides."""
+
+    name: Optional[str] = None
+    # The override(s) that select the baseline job, e.g. "search.mode=dense".
+    baseline: Optional[str] = None
+
+
+@dataclass
 class RagConfig:
     """The whole configuration: one group per stage (DESIGN.md §4)."""
 
@@ -156,6 +165,7 @@ class RagConfig:
     abstain: AbstainConfig = field(default_factory=AbstainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 def register_configs() -> None:

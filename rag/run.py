@@ -137,6 +137,32 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"  files skipped: {skipped or 'none'}", file=out)
 
 
+def sweep_tags(cfg: DictConfig) -> dict[str, str]:
+    """Tags that line the jobs of one sweep up in MLflow: name, id, baseline, this job.
+
+    The sweep id is the sweep name plus the multirun directory's timestamp, which Hydra
+    resolves once per sweep and hands to every job (also to joblib workers).
+    """
+    if not cfg.sweep.name:
+        return {}
+    tags = {"sweep_name": str(cfg.sweep.name), "sweep_baseline": str(cfg.sweep.baseline or "")}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        sweep_dir = Path(str(hc.sweep.dir))
+        tags["sweep_id"] = f"{cfg.sweep.name}-{sweep_dir.parent.name}-{sweep_dir.name}"
+        overrides = list(hc.overrides.task)
+        tags["sweep_job"] = hc.job.override_dirname or "(defaults)"
+        tags["sweep_job_num"] = str(hc.job.num)
+    except (ValueError, AttributeError):
+        overrides = []
+        tags["sweep_id"] = f"{cfg.sweep.name}-adhoc"
+    baseline = set(str(cfg.sweep.baseline or "").split())
+    tags["is_baseline"] = str(bool(baseline) and baseline.issubset(set(overrides))).lower()
+    return tags
+
+
 def _import_mlflow() -> None:
     try:
         import mlflow.entities  # noqa: F401
@@ -216,9 +242,10 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
             "mlflow.source.git.commit": git_commit(project_root()).removesuffix("-dirty"),
+            **sweep_tags(cfg),
         }
         run_id = ledger.log_row(experiment=f"{t.experiment_prefix}-{cfg.corpus.name}",
-                                run_name=t.run_name, params=params_from_config(container),
+                                run_name=t.run_name or tags.get("sweep_job"), params=params_from_config(container),
                                 metrics=metrics, tags=tags, artifacts=artifacts)
         print_row(run_id, cfg, metrics, index.stats)
         report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import PROJECT, run_overrides, write_tree
 
@@ -164,3 +165,25 @@ def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golde
     assert logs, "hydra wrote no job log"
     for text in (proc.stdout, proc.stderr, *logs):
         assert "quokka" not in text and "xylophone" not in text
+
+
+def test_every_sweep_file_composes_and_validates(compose):
+    """No sweep file rots: each composes against the schema and passes validation."""
+    from rag.config import validate
+
+    sweeps = sorted((PROJECT / "conf/sweep").glob("*.yaml"))
+    assert sweeps
+    for path in sweeps:
+        text = path.read_text()
+        assert text.startswith("# @package _global_"), path.name
+        assert f"+sweep={path.stem}" in text.splitlines()[1], path.name
+        cfg = compose([f"+sweep={path.stem}"])
+        assert cfg.sweep.name == path.stem
+        validate(cfg)
+        # compose() hides hydra.*; read the swept values from the file itself
+        raw = yaml.safe_load(text)
+        swept = raw["hydra"]["sweeper"]["params"]
+        for override in raw["sweep"]["baseline"].split():
+            key, value = override.split("=", 1)
+            assert value in str(swept[key]).split(","), (path.name, override)
+            validate(compose([f"+sweep={path.stem}", override]))
