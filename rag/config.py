@@ -230,8 +230,20 @@ def validate(cfg: DictConfig) -> None:
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
             f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
         )
-    if cfg.eval.depth < max(cfg.eval.recall_ks):
-        raise ValueError(f"eval.depth ({cfg.eval.depth}) must be >= max(eval.recall_ks)")
+    ks = list(cfg.eval.recall_ks)
+    if not ks or any(k < 1 for k in ks):
+        raise ValueError(f"eval.recall_ks must be a non-empty list of integers >= 1, got {ks}")
+    if cfg.eval.depth < max(ks):
+        raise ValueError(f"eval.depth ({cfg.eval.depth}) must be >= max(eval.recall_ks) ({max(ks)})")
+    if not 1 <= cfg.eval.ndcg_k <= cfg.eval.depth:
+        raise ValueError(f"eval.ndcg_k must be in [1, eval.depth={cfg.eval.depth}], got {cfg.eval.ndcg_k}")
+    if cfg.corpus.window_lines < 1 or not 0 <= cfg.corpus.window_overlap < cfg.corpus.window_lines:
+        raise ValueError("need corpus.window_lines >= 1 and 0 <= corpus.window_overlap < "
+                         f"corpus.window_lines, got {cfg.corpus.window_lines}, {cfg.corpus.window_overlap}")
+    if cfg.corpus.max_file_bytes < 1:
+        raise ValueError(f"corpus.max_file_bytes must be >= 1, got {cfg.corpus.max_file_bytes}")
+    if cfg.embedder.max_seq_length < 8:
+        raise ValueError(f"embedder.max_seq_length must be >= 8, got {cfg.embedder.max_seq_length}")
     if cfg.corpus.path is None and not cfg.corpus.sdist:
         raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
 

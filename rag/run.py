@@ -118,8 +118,8 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print("  " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
     print(f"  MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
           f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}", file=out)
-    print(f"  abstain_rate {p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}",
-          file=out)
+    print(f"  answer_support@top_k {p('answer_support_rate'):.3f}  abstain_rate "
+          f"{p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}", file=out)
     print(f"  latency p50 {p('latency_p50_ms'):.1f} ms  p95 {p('latency_p95_ms'):.1f} ms  "
           f"(embed_query p50 {p('latency_embed_query_p50_ms'):.1f}, dense {p('latency_dense_p50_ms'):.2f}, "
           f"bm25 {p('latency_bm25_p50_ms'):.2f})", file=out)
@@ -153,7 +153,9 @@ def sweep_tags(cfg: DictConfig) -> dict[str, str]:
         sweep_dir = Path(str(hc.sweep.dir))
         tags["sweep_id"] = f"{cfg.sweep.name}-{sweep_dir.parent.name}-{sweep_dir.name}"
         overrides = list(hc.overrides.task)
-        tags["sweep_job"] = hc.job.override_dirname or "(defaults)"
+        own = [o for o in overrides
+               if not o.lstrip("+~").startswith(("tracking.", "hydra.", "sweep=", "paths."))]
+        tags["sweep_job"] = " ".join(sorted(own)) or "(defaults)"
         tags["sweep_job_num"] = str(hc.job.num)
     except (ValueError, AttributeError):
         overrides = []

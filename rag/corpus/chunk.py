@@ -66,6 +66,15 @@ def make_chunk(doc: Document, *, symbol: str | None, start: int, end: int, kind:
 # --------------------------------------------------------------------------- Python
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split only on \\n, \\r\\n and \\r (as ``ast`` and editors count
+    lines; ``str.splitlines`` also splits on form feeds and U+2028, which shifts line numbers)."""
+    return _LINE.findall(text)
+
+
 def _span(node: ast.AST) -> tuple[int, int]:
     start = node.lineno  # type: ignore[attr-defined]
     for dec in getattr(node, "decorator_list", []):
@@ -77,7 +86,7 @@ def _lines_text(lines: list[str], line_numbers: Iterable[int]) -> str:
     return "".join(lines[i - 1] for i in line_numbers)
 
 
-def chunk_python(doc: Document) -> list[Chunk]:
+def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10) -> list[Chunk]:
     """Chunk a Python file by symbol.
 
     One chunk per top-level function, per class (its header, docstring and attributes, i.e.
@@ -88,9 +97,9 @@ def chunk_python(doc: Document) -> list[Chunk]:
     """
     try:
         tree = ast.parse(doc.text)
-    except (SyntaxError, ValueError):
-        return chunk_windows(doc)
-    lines = doc.text.splitlines(keepends=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
+    lines = split_lines(doc.text)
     chunks: list[Chunk] = []
     covered: set[int] = set()
 
@@ -173,16 +182,17 @@ def _section_starts_rst(lines: list[str]) -> list[tuple[int, str]]:
     return starts
 
 
-def chunk_sections(doc: Document, *, rst: bool) -> list[Chunk]:
+def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
+                   overlap: int = 10) -> list[Chunk]:
     """Chunk Markdown (ATX ``#`` headings) or reST (underlined titles) by section.
 
     The symbol is the section title; text before the first heading becomes a chunk whose
     symbol is None. A file with no heading falls back to line windows.
     """
-    lines = doc.text.splitlines(keepends=True)
+    lines = split_lines(doc.text)
     starts = _section_starts_rst(lines) if rst else _section_starts_markdown(lines)
     if not starts:
-        return chunk_windows(doc)
+        return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
     bounds: list[tuple[int, int, str | None]] = []
     if starts[0][0] > 0:
         bounds.append((0, starts[0][0], None))
@@ -208,7 +218,7 @@ def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10) -
     """
     if not 0 <= overlap < window_lines:
         raise ValueError(f"need 0 <= overlap < window_lines, got {overlap}, {window_lines}")
-    lines = doc.text.splitlines(keepends=True)
+    lines = split_lines(doc.text)
     out, step = [], window_lines - overlap
     for s in range(0, max(len(lines), 1), step):
         e = min(s + window_lines, len(lines))
@@ -224,11 +234,11 @@ def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10) 
     """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol, ``.md``/``.rst`` by section."""
     name = doc.path.lower()
     if name.endswith((".py", ".pyi")):
-        return chunk_python(doc)
+        return chunk_python(doc, window_lines=window_lines, overlap=overlap)
     if name.endswith((".md", ".markdown")):
-        return chunk_sections(doc, rst=False)
+        return chunk_sections(doc, rst=False, window_lines=window_lines, overlap=overlap)
     if name.endswith(".rst"):
-        return chunk_sections(doc, rst=True)
+        return chunk_sections(doc, rst=True, window_lines=window_lines, overlap=overlap)
     return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
 
 

@@ -68,7 +68,8 @@ class WalkStats:
             "bytes_indexed": self.bytes_indexed,
             "files_decoded_with_replacement": self.decoded_with_replacement,
         }
-        for reason in ("git_dir", "gitignored", "binary", "too_large", "unreadable", "not_regular"):
+        for reason in ("git_dir", "gitignored", "binary", "too_large", "unreadable", "not_regular",
+                       "bad_filename"):
             out[f"files_skipped_{reason}"] = self.skipped.get(reason, 0)
         for cat in CATEGORIES:
             out[f"files_{cat}"] = self.by_category.get(cat, 0)
@@ -97,6 +98,20 @@ def categorize(path: str) -> str:
     if suffix in _SOURCE_SUFFIXES:
         return "source"
     return "other"
+
+
+def _gitignore_spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
+    """A spec from .gitignore lines, dropping any line git would ignore as invalid
+    (``!`` alone, a trailing backslash, a bad range such as ``[z-a]``)."""
+    good = []
+    for line in lines:
+        try:
+            spec = pathspec.GitIgnoreSpec.from_lines([line])
+            spec.match_file("probe")  # compiles the pattern's regex
+        except Exception:  # noqa: BLE001 - pathspec raises several error types
+            continue
+        good.append(line)
+    return pathspec.GitIgnoreSpec.from_lines(good)
 
 
 def _is_binary(head: bytes) -> bool:
@@ -148,7 +163,7 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
             gi = Path(dirpath) / ".gitignore"
             try:
                 lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
-                specs.append((rel_dir, pathspec.GitIgnoreSpec.from_lines(lines)))
+                specs.append((rel_dir, _gitignore_spec(lines)))
             except OSError:
                 pass
         kept_dirs = []
@@ -166,6 +181,11 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
         for f in sorted(filenames):
             rel = f"{rel_dir}/{f}" if rel_dir else f
             full = Path(dirpath) / f
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:  # a name that is not valid UTF-8 (surrogate-escaped)
+                stats.skipped["bad_filename"] += 1
+                continue
             if ignored(rel, False):
                 stats.skipped["gitignored"] += 1
                 continue

@@ -21,7 +21,7 @@ def calibrate(positive_top: Sequence[float], negative_top: Sequence[float]) -> d
 
     Suggested floor = (positive_min - 0.05) rounded down to 0.01, so it clears only the tail
     below every real answer. Suggested note = midpoint of positive_min and negative_max,
-    rounded to 0.01. ``overlap`` is True when negative_max >= positive_min: no single
+    rounded to 0.01 and never below the suggested floor. ``overlap`` is True when negative_max >= positive_min: no single
     threshold then separates the sets.
 
     Args:
@@ -34,8 +34,11 @@ def calibrate(positive_top: Sequence[float], negative_top: Sequence[float]) -> d
     neg = np.asarray(negative_top, dtype=float)
     pmin = float(pos.min()) if pos.size else None
     nmax = float(neg.max()) if neg.size else None
-    floor = math.floor((pmin - FLOOR_MARGIN) * 100) / 100 if pmin is not None else None
+    # round() first: (0.6 - 0.05) * 100 is 54.99999999999999 in binary floating point
+    floor = (math.floor(round((pmin - FLOOR_MARGIN) * 100, 6)) / 100) if pmin is not None else None
     note = round((pmin + nmax) / 2, 2) if pmin is not None and nmax is not None else None
+    if note is not None and floor is not None:
+        note = max(note, floor)  # well-separated sets: the note never sits below the floor
     return {
         "positive_min_top_dense": pmin,
         "positive_median_top_dense": float(np.median(pos)) if pos.size else None,

@@ -62,8 +62,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     ``false_weak_rate`` = share of positives with no hit (dropped by the floor, or an empty
     BM25 route) or a ``weak_match`` result.
 
-    Ranking metrics are computed on the ranked list to ``depth`` (collapsed by doc id) and
-    averaged over positives; a positive whose result was dropped scores 0. Negatives only feed
+    Ranking metrics are computed on the ranked list down to ``depth`` distinct paths (collapsed
+    by doc id) and averaged over positives; ``answer_support_rate`` is the share of positives
+    with a relevant doc among the ``top_k`` hits actually returned (after abstention); a positive whose result was dropped scores 0. Negatives only feed
     ``abstain_rate``. The top dense cosine used for calibration is measured with the dense
     channel for every query, whatever the route (outside the timed search).
 
@@ -98,6 +99,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k)
             per_query_metrics[q.id] = m
             row["first_relevant_rank"] = first_relevant_rank(rank(scores), q.qrels)
+            returned = collapse(res.hits, q)
+            # the seeds' answer-support rate: a relevant doc among the top_k hits returned
+            row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
             row.update(m)
         else:
@@ -115,6 +119,8 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
         metrics[f"{tag}/n_queries"] = float(len(ids))
     pos_rows = [r for r in rows if r["kind"] == "positive"]
     neg_rows = [r for r in rows if r["kind"] == "negative"]
+    metrics["answer_support_rate"] = (sum(r["answer_support"] for r in pos_rows) / len(pos_rows)
+                                      if pos_rows else 0.0)
     metrics["n_positives"] = float(len(pos_rows))
     metrics["n_negatives"] = float(len(neg_rows))
     metrics["false_weak_rate"] = (sum(r["false_weak"] for r in pos_rows) / len(pos_rows)

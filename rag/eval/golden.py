@@ -17,6 +17,7 @@ import yaml
 QUERIES_FILE = "queries.yaml"
 NEGATIVES_FILE = "negatives.yaml"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 class GoldenError(ValueError):
@@ -119,7 +120,10 @@ def _load_yaml(path: Path, problems: list[str]) -> dict[str, Any] | None:
     except FileNotFoundError:
         problems.append(f"{path}: file not found")
         return None
-    except yaml.YAMLError as exc:
+    except UnicodeDecodeError as exc:
+        problems.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+    except (yaml.YAMLError, TypeError) as exc:  # TypeError: an unhashable (complex) key
         problems.append(f"{path}: not valid YAML: {exc}")
         return None
     if not isinstance(data, dict):
@@ -137,6 +141,11 @@ def _tags(raw: Any, where: str, problems: list[str]) -> tuple[str, ...]:
         return ()
     if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
         problems.append(f"{where}: tags must be a list of non-empty strings")
+        return ()
+    bad = [t for t in raw if not _TAG.match(t)]
+    if bad:
+        # tags become metric-name prefixes (prose/recall_at_8); keep them MLflow-legal
+        problems.append(f"{where}: tag(s) {bad} must match {_TAG.pattern}")
         return ()
     return tuple(raw)
 

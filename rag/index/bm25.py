@@ -99,6 +99,10 @@ class BM25Channel:
         self.backend = backend
         self.n_chunks = n_chunks
 
+    def score_all(self, query: str) -> np.ndarray:
+        """BM25 score of every chunk for ``query``, shape (n_chunks,)."""
+        return self.scorer.scores(tokenize(query))
+
     def search(self, query: str, depth: int) -> list[tuple[int, float]]:
         """Top ``depth`` (chunk index, score) pairs, best first, ties by chunk index.
 

@@ -71,10 +71,13 @@ class Ledger:
     def experiment_id(self, name: str) -> str:
         """Id of experiment ``name``, created (with an absolute artifact location) if absent.
 
-        Creating races with a parallel job are resolved by reading the winner's id.
+        Creating races with a parallel job are resolved by reading the winner's id; an
+        experiment deleted in the UI is restored (a ledger never loses rows).
         """
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.lifecycle_stage == "deleted":  # deleted in the UI: bring it back, keep its rows
+                self.client.restore_experiment(exp.experiment_id)
             return exp.experiment_id
         location = None
         if self.artifact_root is not None:

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rag.index.bm25 import top_positive
 from rag.index.build import Index
 from rag.search.abstain import band
 from rag.search.fusion import rrf
@@ -64,7 +65,8 @@ class SearchResult:
 
     Attributes:
         hits: the first ``top_k`` of ``ranked`` (empty when dropped).
-        ranked: the ranking to ``depth`` (what evaluation scores); empty when dropped.
+        ranked: the ranking down to ``depth`` distinct paths (what evaluation scores); empty
+            when dropped.
         route: the effective mode (bm25, dense, hybrid).
         top_dense: the best dense cosine over the corpus, or None if dense did not run.
         dropped: number of hits removed by the ``min_dense`` floor.
@@ -93,8 +95,10 @@ class SearchPipeline:
 
         Args:
             query: the question or identifier.
-            depth: length of ``ranked`` (default ``top_k``); channels retrieve
-                ``max(candidates, depth)`` each.
+            depth: ``ranked`` runs until it holds this many distinct paths (default: just the
+                ``top_k`` hits). A single-channel route ranks up to ``max(candidates,
+                10 * depth)`` chunks; a hybrid route fuses the top ``candidates`` chunks of
+                each channel, so its ranking can hold fewer than ``depth`` paths.
 
         Raises:
             ValueError: empty query, or a dense route on an index without embeddings.
@@ -102,14 +106,14 @@ class SearchPipeline:
         if not query or not query.strip():
             raise ValueError("empty query")
         o = self.options
-        depth = max(depth or o.top_k, o.top_k)
-        pool = max(o.candidates, depth)
+        want_paths = depth or 0
         t: dict[str, float] = {}
         t_start = time.perf_counter()
 
         t0 = time.perf_counter()
         eff = route(query, mode=o.mode, prose_mode=o.prose_mode)
         t["route"] = time.perf_counter() - t0
+        pool = o.candidates if eff == "hybrid" else max(o.candidates, o.top_k, 10 * want_paths)
 
         dense_scores = None
         dense_rank: list[tuple[int, float]] = []
@@ -124,14 +128,14 @@ class SearchPipeline:
             dense_scores = self.index.dense.scores(qvec)
             dense_rank = self.index.dense.top(dense_scores, pool)
             t["dense"] = time.perf_counter() - t0
-        bm25_scores: dict[int, float] = {}
+        bm25_scores = None
         if eff in ("bm25", "hybrid"):
             t0 = time.perf_counter()
-            bm25_rank = self.index.bm25.search(query, pool)
-            bm25_scores = dict(bm25_rank)
+            bm25_scores = self.index.bm25.score_all(query)
+            bm25_rank = top_positive(bm25_scores, pool)
             t["bm25"] = time.perf_counter() - t0
 
-        rrf_scores: dict[int, float] = {}
+        rrf_scores: dict[int, float] | None = None
         if eff == "hybrid":
             t0 = time.perf_counter()
             fused = rrf({"dense": [i for i, _ in dense_rank], "bm25": [i for i, _ in bm25_rank]},
@@ -147,9 +151,17 @@ class SearchPipeline:
         t0 = time.perf_counter()
         top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
         decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
-        ranked = [self._hit(i, s, dense_scores, bm25_scores if eff != "dense" else None,
-                            rrf_scores if eff == "hybrid" else None)
-                  for i, s in order[:depth]]
+        cut = o.top_k
+        if want_paths:
+            seen: set[str] = set()
+            cut = len(order)
+            for n, (i, _) in enumerate(order):
+                seen.add(self.index.chunks[i].path)
+                if len(seen) == want_paths:
+                    cut = n + 1
+                    break
+            cut = max(cut, o.top_k)
+        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores) for i, s in order[:cut]]
         dropped = 0
         if decision.drop:
             dropped = min(len(ranked), o.top_k)
@@ -161,12 +173,16 @@ class SearchPipeline:
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings)
 
     def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores) -> Hit:
+        """A hit with every channel's score for chunk ``i``: None where the channel did not
+        run, BM25 None where it gave 0 (no query term in the chunk), RRF None outside hybrid
+        or for a chunk outside both fused pools."""
         c = self.index.chunks[i]
         return Hit(
             chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
             end_line=c.end_line, category=c.category, score=float(score),
             scores={
                 "dense": float(dense_scores[i]) if dense_scores is not None else None,
-                "bm25": (bm25_scores.get(i) if bm25_scores is not None else None),
+                "bm25": (float(bm25_scores[i]) if bm25_scores is not None and bm25_scores[i] > 0
+                         else None),
                 "rrf": (rrf_scores.get(i) if rrf_scores is not None else None),
             })

@@ -1,0 +1,91 @@
+"""The pipeline over a fixture index: routing, fusion pool, per-hit scores, bands, depth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rag.corpus.chunk import split_lines
+from rag.eval.calibration import calibrate
+from rag.search.fusion import rrf
+from rag.search.pipeline import SearchOptions, SearchPipeline
+
+
+@pytest.fixture
+def index(fixture_repo, embedder, tmp_path):
+    from rag.index.build import build_index
+
+    return build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+
+
+def test_routes_and_channel_scores(index):
+    p = SearchPipeline(index, SearchOptions(min_dense=0.0, weak_dense=0.0))
+    sym = p.search("handleAuthCallback")
+    assert sym.route == "bm25" and sym.top_dense is None
+    assert sym.hits[0].symbol == "handleAuthCallback"
+    assert sym.hits[0].scores["dense"] is None and sym.hits[0].scores["rrf"] is None
+    assert sym.hits[0].scores["bm25"] > 0
+    prose = p.search("give money back for a cancelled order")
+    assert prose.route == "dense" and prose.hits[0].scores["bm25"] is None
+    assert prose.top_dense == pytest.approx(prose.hits[0].scores["dense"])
+
+
+def test_hybrid_fuses_only_the_candidate_pools(index):
+    query = "refund order money back"
+    wide = SearchPipeline(index, SearchOptions(mode="hybrid", top_k=2, candidates=40,
+                                               min_dense=0.0, weak_dense=0.0)).search(query)
+    narrow = SearchPipeline(index, SearchOptions(mode="hybrid", top_k=2, candidates=2,
+                                                 min_dense=0.0, weak_dense=0.0))
+    res = narrow.search(query, depth=40)
+    # with 2 candidates per channel at most 4 chunks can be fused
+    assert len(res.ranked) <= 4
+    dense = index.dense.top(index.dense.scores(index.dense.embed_query(query)), 2)
+    from rag.index.bm25 import top_positive
+    bm25 = top_positive(index.bm25.score_all(query), 2)
+    expected = rrf({"dense": [i for i, _ in dense], "bm25": [i for i, _ in bm25]}, k=60)
+    assert [h.chunk_id for h in res.ranked] == [index.chunks[i].id for i, _ in expected]
+    assert [h.score for h in res.ranked] == pytest.approx([s for _, s in expected])
+    # every hit reports a positive BM25 score whenever BM25 matched it, pool or not
+    full = index.bm25.score_all(query)
+    by_id = {c.id: n for n, c in enumerate(index.chunks)}
+    for h in wide.ranked:
+        s = full[by_id[h.chunk_id]]
+        assert h.scores["bm25"] == (pytest.approx(s) if s > 0 else None)
+
+
+def test_bands_drop_and_flag(index):
+    q = "who won the football world cup"
+    top = SearchPipeline(index, SearchOptions(min_dense=0.0, weak_dense=0.0)).search(q).top_dense
+    dropped = SearchPipeline(index, SearchOptions(min_dense=top + 0.01, weak_dense=top + 0.02)).search(q)
+    assert len(index.chunks) >= 8
+    assert dropped.hits == [] and dropped.ranked == [] and dropped.dropped == 8
+    weak = SearchPipeline(index, SearchOptions(min_dense=top - 0.01, weak_dense=top + 0.01)).search(q)
+    assert weak.weak_match and len(weak.hits) > 0 and weak.dropped == 0
+    normal = SearchPipeline(index, SearchOptions(min_dense=top - 0.02, weak_dense=top)).search(q)
+    assert not normal.weak_match  # top == weak_dense is the normal band
+
+
+def test_ranked_runs_to_depth_distinct_paths(index):
+    p = SearchPipeline(index, SearchOptions(mode="dense", top_k=2, min_dense=0.0, weak_dense=0.0))
+    res = p.search("shop", depth=3)
+    paths = list(dict.fromkeys(h.path for h in res.ranked))
+    assert len(paths) == 3 and res.ranked[-1].path == paths[-1]
+    assert len(res.hits) == 2
+
+
+def test_split_lines_counts_only_newlines():
+    text = "x = 1\n\x0c\ny = 2\ns = 'a\u2028b'\r\nz\rlast"
+    assert split_lines(text) == ["x = 1\n", "\x0c\n", "y = 2\n", "s = 'a\u2028b'\r\n", "z\r", "last"]
+
+
+def test_calibration_suggestions():
+    # floor = floor((0.6 - 0.05) * 100) / 100 = 0.55 exactly (not 0.54 from float error)
+    cal = calibrate([0.6, 0.8], [0.3])
+    assert cal["suggested_min_dense"] == 0.55
+    # midpoint (0.6 + 0.3) / 2 = 0.45 lies below the floor: the note is clamped to 0.55
+    assert cal["suggested_weak_dense"] == 0.55 and cal["overlap"] is False
+    cal = calibrate([0.52, 0.7], [0.58, 0.2])
+    assert cal["suggested_min_dense"] == 0.47 and cal["suggested_weak_dense"] == 0.55
+    assert cal["overlap"] is True
+    assert calibrate([], [0.1])["positive_min_top_dense"] is None
+    np.testing.assert_allclose(cal["positive_median_top_dense"], 0.61)
