@@ -169,7 +169,10 @@ class RagConfig:
 
 
 def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    """Register the schemas with Hydra's ConfigStore and the ``${rag_root:}`` resolver
+    (the project root, so Hydra's output folders land there whatever the cwd). Idempotent."""
+    if not OmegaConf.has_resolver("rag_root"):
+        OmegaConf.register_new_resolver("rag_root", lambda: str(project_root()))
     cs = ConfigStore.instance()
     cs.store(name="rag_schema", node=RagConfig)
 

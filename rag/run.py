@@ -109,6 +109,11 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     mode = getattr(cfg.search.mode, "value", cfg.search.mode)
     prose = getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)
     p = lambda k: metrics.get(k, float("nan"))  # noqa: E731
+
+    def ms(k: str, digits: int = 1) -> str:
+        v = metrics.get(k)
+        return "n/a" if v is None else f"{v:.{digits}f}"
+
     print(f"\nledger row {run_id or '(tracking disabled: not logged)'}", file=out)
     print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
           f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} rerank={cfg.rerank.enabled} "
@@ -120,10 +125,11 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
           f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}", file=out)
     print(f"  answer_support@top_k {p('answer_support_rate'):.3f}  abstain_rate "
           f"{p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}", file=out)
-    print(f"  latency p50 {p('latency_p50_ms'):.1f} ms  p95 {p('latency_p95_ms'):.1f} ms  "
-          f"(embed_query p50 {p('latency_embed_query_p50_ms'):.1f}, dense {p('latency_dense_p50_ms'):.2f}, "
-          f"bm25 {p('latency_bm25_p50_ms'):.2f})", file=out)
-    print(f"  calibration: positive_min_top_dense {p('calibration/positive_min_top_dense'):.3f}  "
+    print(f"  latency p50 {ms('latency_p50_ms')} ms  p95 {ms('latency_p95_ms')} ms over all "
+          f"queries; per stage, over the queries that ran it: embed_query p50 "
+          f"{ms('latency_embed_query_p50_ms')}, dense {ms('latency_dense_p50_ms', 2)}, bm25 "
+          f"{ms('latency_bm25_p50_ms', 2)}, fusion {ms('latency_fusion_p50_ms', 3)}", file=out)
+    print(f"  calibration (dense channel, every query): positive_min_top_dense {p('calibration/positive_min_top_dense'):.3f}  "
           f"negative_max_top_dense {p('calibration/negative_max_top_dense'):.3f}  "
           f"suggested min_dense {p('calibration/suggested_min_dense'):.2f} "
           f"weak_dense {p('calibration/suggested_weak_dense'):.2f}", file=out)
@@ -250,8 +256,12 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                                 run_name=t.run_name or tags.get("sweep_job"), params=params_from_config(container),
                                 metrics=metrics, tags=tags, artifacts=artifacts)
         print_row(run_id, cfg, metrics, index.stats)
-        report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix)
-        print(f"  ledger: {uri}\n  report: {report}")
+        print(f"  ledger: {uri}")
+        try:
+            report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix)
+            print(f"  report: {report}")
+        except OSError as exc:  # the row is logged; only the report could not be written
+            print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)
     else:
         print_row(None, cfg, metrics, index.stats)
     return metrics
@@ -262,6 +272,12 @@ def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns MRR so a sweeper can optimise on it."""
     for name in ("mlflow", "sentence_transformers", "bm25s", "transformers", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    try:  # the "Loading weights" bar is noise next to our own progress bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
     try:
         metrics = run_job(cfg)
     except RunError as exc:

@@ -123,6 +123,10 @@ def _load_yaml(path: Path, problems: list[str]) -> dict[str, Any] | None:
     except UnicodeDecodeError as exc:
         problems.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
         return None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        problems.append(f"{path}:{line}: not valid YAML: {exc.problem or exc}")
+        return None
     except (yaml.YAMLError, TypeError) as exc:  # TypeError: an unhashable (complex) key
         problems.append(f"{path}: not valid YAML: {exc}")
         return None

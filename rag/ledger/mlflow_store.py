@@ -46,7 +46,9 @@ def git_commit(root: Path) -> str:
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        # generated files (reports/) do not make a checkout dirty
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no", "--", ".", ":(exclude)reports"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -62,8 +64,12 @@ class Ledger:
     """
 
     def __init__(self, uri: str, artifact_root: Path | None = None) -> None:
+        import logging
+
         from mlflow.tracking import MlflowClient
 
+        for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables..."
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = uri
         self.artifact_root = artifact_root
         self.client = MlflowClient(tracking_uri=uri)
