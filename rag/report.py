@@ -10,15 +10,18 @@ from rag.config import expand_path, tracking_uri
 from rag.ledger.report import LedgerRow, render_ledger
 
 
-def write_report(uri: str, out_path: Path, *, prefix: str = "rag") -> Path:
+def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None) -> Path:
     """Read every finished row of the ``prefix-*`` experiments and write the markdown ledger.
+
+    Args:
+        ledger: an open :class:`rag.ledger.mlflow_store.Ledger` on ``uri`` to reuse.
 
     Returns:
         ``out_path``.
     """
     from rag.ledger.mlflow_store import Ledger
 
-    ledger = Ledger(uri)
+    ledger = ledger or Ledger(uri)
     rows: list[LedgerRow] = []
     for exp in ledger.experiments(prefix):
         rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]

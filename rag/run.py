@@ -258,7 +258,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         print_row(run_id, cfg, metrics, index.stats)
         print(f"  ledger: {uri}")
         try:
-            report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix)
+            report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix,
+                                  ledger=ledger)
             print(f"  report: {report}")
         except OSError as exc:  # the row is logged; only the report could not be written
             print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)

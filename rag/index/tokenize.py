@@ -9,6 +9,7 @@ dotted whole, each dotted component (``make_response``), and the words (``make``
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 TOKENIZER_VERSION = "1"
 
@@ -45,22 +46,30 @@ def tokenize(text: str) -> list[str]:
     """
     tokens: list[str] = []
     for m in _COMPOUND.finditer(text):
-        whole = m.group(0).strip("_")
-        if not whole:
-            continue
-        candidates = [whole.lower()]
-        components = [c for c in _PART_SPLIT.split(whole) if c]
-        if len(components) > 1:
-            candidates.extend(c.lower() for c in components)
-        for comp in components:
-            words = _words(comp)
-            if len(words) > 1 or (words and words[0] != comp.lower()):
-                candidates.extend(words)
-        seen_here: set[str] = set()
-        for tok in candidates:
-            tok = tok.strip("_")
-            if len(tok) < 2 or tok in STOPWORDS or tok in seen_here:
-                continue
-            seen_here.add(tok)
-            tokens.append(tok)
+        tokens.extend(_expand(m.group(0)))
     return tokens
+
+
+@lru_cache(maxsize=262_144)
+def _expand(compound: str) -> tuple[str, ...]:
+    """The tokens of one identifier-like run (cached: code repeats its identifiers)."""
+    whole = compound.strip("_")
+    if not whole:
+        return ()
+    candidates = [whole.lower()]
+    components = [c for c in _PART_SPLIT.split(whole) if c]
+    if len(components) > 1:
+        candidates.extend(c.lower() for c in components)
+    for comp in components:
+        words = _words(comp)
+        if len(words) > 1 or (words and words[0] != comp.lower()):
+            candidates.extend(words)
+    out: list[str] = []
+    seen: set[str] = set()
+    for tok in candidates:
+        tok = tok.strip("_")
+        if len(tok) < 2 or tok in STOPWORDS or tok in seen:
+            continue
+        seen.add(tok)
+        out.append(tok)
+    return tuple(out)
