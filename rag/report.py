@@ -10,11 +10,13 @@ from rag.config import expand_path, tracking_uri
 from rag.ledger.report import LedgerRow, render_ledger
 
 
-def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None) -> Path:
+def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
+                 sweep: str | None = None) -> Path:
     """Read every finished row of the ``prefix-*`` experiments and write the markdown ledger.
 
     Args:
         ledger: an open :class:`rag.ledger.mlflow_store.Ledger` on ``uri`` to reuse.
+        sweep: write only that sweep's section.
 
     Returns:
         ``out_path``.
@@ -27,7 +29,7 @@ def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None) 
         rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-    tmp.write_text(render_ledger(rows, source=uri) + "\n", encoding="utf-8")
+    tmp.write_text(render_ledger(rows, source=uri, sweep=sweep) + "\n", encoding="utf-8")
     tmp.replace(out_path)
     return out_path
 
@@ -43,12 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="reports/ledger.md",
                         help="output file, relative to the project root (default: reports/ledger.md)")
     parser.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
+    parser.add_argument("--sweep", default=None, metavar="NAME",
+                        help="write only this sweep's section, to reports/sweep_NAME.md "
+                             "(unless --out is given)")
     args = parser.parse_args(argv)
     uri = tracking_uri(args.tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         print(f"error: no ledger at {uri}; run `python -m rag.run` first", file=sys.stderr)
         return 1
-    path = write_report(uri, expand_path(args.out), prefix=args.prefix)
+    out = args.out
+    if args.sweep and out == "reports/ledger.md":
+        out = f"reports/sweep_{args.sweep}.md"
+    path = write_report(uri, expand_path(out), prefix=args.prefix, sweep=args.sweep)
     print(f"wrote {path}")
     return 0
 

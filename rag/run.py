@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -141,34 +142,55 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
+    if "mrr_delta" in metrics:
+        print(f"  vs sweep baseline: MRR {metrics['mrr_delta']:+.3f} (p={metrics['mrr_p']:.4f}, "
+              f"95% CI [{metrics['mrr_ci_low']:+.3f}, {metrics['mrr_ci_high']:+.3f}])  Recall@8 "
+              f"{metrics['recall_at_8_delta']:+.3f} (p={metrics['recall_at_8_p']:.4f})", file=out)
 
 
 def sweep_tags(cfg: DictConfig) -> dict[str, str]:
-    """Tags that line the jobs of one sweep up in MLflow: name, id, baseline, this job.
+    """Tags that line the jobs of one sweep up in MLflow: sweep name and id, the parent run,
+    the baseline's overrides, this job's overrides and whether it is the baseline.
 
-    The sweep id is the sweep name plus the multirun directory's timestamp, which Hydra
-    resolves once per sweep and hands to every job (also to joblib workers).
+    The sweep id and parent run come from :class:`rag.ledger.sweep.SweepCallback` through the
+    environment (also reaching joblib workers); a job composed outside a Hydra multirun gets
+    ``<name>-adhoc``.
     """
+    from rag.ledger.sweep import ENV_PARENT_RUN_ID, ENV_SWEEP_ID
+
     if not cfg.sweep.name:
         return {}
-    tags = {"sweep_name": str(cfg.sweep.name), "sweep_baseline": str(cfg.sweep.baseline or "")}
+    tags = {"sweep_name": str(cfg.sweep.name), "sweep_baseline": str(cfg.sweep.baseline or ""),
+            "sweep_id": os.environ.get(ENV_SWEEP_ID, f"{cfg.sweep.name}-adhoc")}
+    if os.environ.get(ENV_PARENT_RUN_ID):
+        tags["mlflow.parentRunId"] = os.environ[ENV_PARENT_RUN_ID]
     try:
         from hydra.core.hydra_config import HydraConfig
 
         hc = HydraConfig.get()
-        sweep_dir = Path(str(hc.sweep.dir))
-        tags["sweep_id"] = f"{cfg.sweep.name}-{sweep_dir.parent.name}-{sweep_dir.name}"
         overrides = list(hc.overrides.task)
-        own = [o for o in overrides
-               if not o.lstrip("+~").startswith(("tracking.", "hydra.", "sweep=", "paths."))]
-        tags["sweep_job"] = " ".join(sorted(own)) or "(defaults)"
         tags["sweep_job_num"] = str(hc.job.num)
     except (ValueError, AttributeError):
         overrides = []
-        tags["sweep_id"] = f"{cfg.sweep.name}-adhoc"
+    own = [o for o in overrides
+           if not o.lstrip("+~").startswith(("tracking.", "hydra.", "sweep=", "paths."))]
+    tags["sweep_job"] = " ".join(sorted(own)) or "(defaults)"
     baseline = set(str(cfg.sweep.baseline or "").split())
     tags["is_baseline"] = str(bool(baseline) and baseline.issubset(set(overrides))).lower()
     return tags
+
+
+def _baseline_wait_s() -> float:
+    """How long a sweep job waits for its baseline row: jobs launched in parallel (joblib) may
+    finish first, so they wait up to 15 minutes; sequential jobs run after the baseline (it is
+    listed first in every sweep file), so they do not wait."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        target = str(HydraConfig.get().launcher.get("_target_", ""))
+    except (ValueError, AttributeError):
+        return 0.0
+    return 900.0 if "joblib" in target else 0.0
 
 
 def _import_mlflow() -> None:
@@ -241,18 +263,28 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
             "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
         }
+        commit = git_commit(project_root())
         tags = {
-            "git_commit": git_commit(project_root()),
+            "git_commit": commit,
             "corpus": cfg.corpus.name,
             "corpus_root": str(root),
             "corpus_fingerprint": index.corpus_fingerprint,
             "golden_fingerprint": golden.fingerprint,
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
-            "mlflow.source.git.commit": git_commit(project_root()).removesuffix("-dirty"),
+            "mlflow.source.git.commit": commit.removesuffix("-dirty"),
             **sweep_tags(cfg),
         }
-        run_id = ledger.log_row(experiment=f"{t.experiment_prefix}-{cfg.corpus.name}",
+        experiment = f"{t.experiment_prefix}-{cfg.corpus.name}"
+        if tags.get("is_baseline") == "false":
+            from rag.ledger.sweep import baseline_comparison
+
+            sig, sig_tags = baseline_comparison(
+                ledger, ledger.experiment_id(experiment), tags["sweep_id"], golden.fingerprint,
+                artifacts["per_query.csv"], wait_s=_baseline_wait_s())
+            metrics.update(sig)
+            tags.update(sig_tags)
+        run_id = ledger.log_row(experiment=experiment,
                                 run_name=t.run_name or tags.get("sweep_job"), params=params_from_config(container),
                                 metrics=metrics, tags=tags, artifacts=artifacts)
         print_row(run_id, cfg, metrics, index.stats)

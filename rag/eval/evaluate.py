@@ -76,6 +76,7 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     run: dict[str, dict[str, float]] = {}
     timings: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     dense = pipeline.index.dense
+    chunk_text = {c.id: c.text for c in pipeline.index.chunks}
     items: list[tuple[str, Any]] = [("positive", q) for q in golden.positives] + \
         [("negative", q) for q in golden.negatives]
     for kind, q in tqdm(items, desc="evaluating", unit="query", disable=not progress):
@@ -90,6 +91,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             "route": res.route, "top_dense": top_dense, "dropped": res.dropped,
             "weak_match": res.weak_match, "n_hits": len(res.hits),
             "latency_ms": res.timings_ms["total"],
+            # prompt-size estimate: the text an LLM would be handed (the returned hits)
+            "context_chars": sum(len(chunk_text[h.chunk_id]) for h in res.hits),
+            "_ids": [h.chunk_id for h in res.hits],
             "top_hits": " | ".join(f"{h.path}:{h.start_line}" + (f"#{h.symbol}" if h.symbol else "")
                                    for h in res.hits[:3]),
         }
@@ -108,6 +112,10 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             run[q.id] = collapse(res.ranked, None)
             row["abstained"] = (not res.hits) or res.weak_match
         rows.append(row)
+    contexts = ["\n".join(chunk_text[c] for c in r.pop("_ids")) for r in rows]
+    if dense is not None:  # word pieces with the embedder's tokenizer, untruncated, no [CLS]/[SEP]
+        for r, ctx, n in zip(rows, contexts, dense.embedder.count_tokens(contexts)):
+            r["context_tokens"] = max(n - 2, 0) if ctx else 0
 
     metrics: dict[str, float] = {}
     pos_ids = [q.id for q in golden.positives]
@@ -121,6 +129,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     neg_rows = [r for r in rows if r["kind"] == "negative"]
     metrics["answer_support_rate"] = (sum(r["answer_support"] for r in pos_rows) / len(pos_rows)
                                       if pos_rows else 0.0)
+    metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
+    if rows and "context_tokens" in rows[0]:
+        metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
     metrics["n_positives"] = float(len(pos_rows))
     metrics["n_negatives"] = float(len(neg_rows))
     metrics["false_weak_rate"] = (sum(r["false_weak"] for r in pos_rows) / len(pos_rows)

@@ -135,7 +135,8 @@ class Ledger:
                 if e.name.startswith(prefix + "-")]
 
     def rows(self, experiment_ids: Iterable[str]) -> list[Any]:
-        """Finished runs of the experiments, oldest first (all pages)."""
+        """Finished ledger rows of the experiments, oldest first (all pages); sweep parent
+        runs are not rows."""
         ids = list(experiment_ids)
         if not ids:
             return []
@@ -144,7 +145,7 @@ class Ledger:
             page = self.client.search_runs(ids, filter_string="attributes.status = 'FINISHED'",
                                            order_by=["attributes.start_time ASC"],
                                            max_results=1000, page_token=token)
-            out.extend(page)
+            out.extend(r for r in page if r.data.tags.get("rag.sweep_parent") != "1")
             token = page.token
             if not token:
                 break

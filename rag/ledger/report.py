@@ -76,9 +76,9 @@ def render_table(rows: list[LedgerRow]) -> list[str]:
     return lines
 
 
-def render_calibration(row: LedgerRow) -> list[str]:
+def render_calibration(row: LedgerRow, which: str = "the newest row") -> list[str]:
     """The calibration block of one row."""
-    lines = [f"Calibration of the newest row (`{row.run_id[:8]}`, model "
+    lines = [f"Calibration of {which} (`{row.run_id[:8]}`, model "
              f"`{row.tags.get('model_id', '?').split('|')[0]}`, thresholds in force: "
              f"min_dense={row.params.get('abstain.min_dense', '?')}, "
              f"weak_dense={row.params.get('abstain.weak_dense', '?')}):", "", "```json", "{"]
@@ -91,24 +91,81 @@ def render_calibration(row: LedgerRow) -> list[str]:
     return lines
 
 
-def render_ledger(rows: Iterable[LedgerRow], *, source: str) -> str:
-    """The whole ledger: one section per experiment (corpus), rows oldest first."""
+def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
+    """``+0.012 (p 0.034*)``: delta vs the sweep baseline, Holm-adjusted p, * when < 0.05."""
+    delta = row.metrics.get(f"{metric}_delta")
+    if delta is None:
+        return "baseline" if row.tags.get("is_baseline") == "true" else "—"
+    p = holm_p.get(f"{metric}_p_holm", row.metrics.get(f"{metric}_p"))
+    mark = "*" if p is not None and p < 0.05 else ""
+    return f"{delta:+.3f} (p {p:.3f}{mark})" if p is not None else f"{delta:+.3f}"
+
+
+def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
+    """One sweep name's section: a table per sweep id (oldest first) with deltas against its
+    baseline and Holm-corrected p-values across the sweep's jobs, then the baseline's
+    calibration block."""
+    from rag.ledger.sweep import holm_table
+
+    out = [f"## Sweep `{name}`", ""]
+    ids = list(dict.fromkeys(r.tags.get("sweep_id", "") for r in rows))
+    for sid in ids:
+        srows = [r for r in rows if r.tags.get("sweep_id", "") == sid]
+        base = next((r for r in srows if r.tags.get("is_baseline") == "true"), None)
+        holm = holm_table([{"run_id": r.run_id, **r.metrics} for r in srows
+                           if r.tags.get("is_baseline") != "true"])
+        out += [f"### {sid}", "",
+                f"Baseline: `{srows[0].tags.get('sweep_baseline', '?')}`"
+                + (f" (row `{base.run_id[:8]}`)" if base else " (no baseline row)")
+                + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
+                "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
+                "across this sweep's jobs; * marks p < 0.05.", ""]
+        head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8"]
+        extra = [c for c in ("context_chars_mean", "context_tokens_mean")
+                 if any(c in r.metrics for r in srows)]
+        head += [{"context_chars_mean": "context chars", "context_tokens_mean": "context tokens"}[c]
+                 for c in extra]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in srows:
+            h = holm.get(r.run_id, {})
+            cells = [f"`{r.run_id[:8]}` {r.tags.get('sweep_job', r.run_name)}",
+                     *[_cell(r, kind, key) for _, kind, key in COLUMNS],
+                     fmt(r.metrics.get("answer_support_rate")),
+                     _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
+                     *[f"{r.metrics[c]:.0f}" if c in r.metrics else "—" for c in extra]]
+            out.append("| " + " | ".join(cells) + " |")
+        out += [""]
+        out += render_calibration(base or srows[-1], "the baseline" if base else "the newest row")
+        out += [""]
+    return out
+
+
+def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None) -> str:
+    """The whole ledger: per experiment (corpus) the runs outside sweeps, oldest first, then
+    one section per sweep. With ``sweep`` only that sweep's section."""
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
-    out = ["# Ledger", "", BANNER, "",
+    out = ["# Ledger" if sweep is None else f"# Ledger: sweep `{sweep}`", "", BANNER, "",
            f"Source: `{source}`. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
            "abstain is the share of negatives with no hit or only weak hits; false_weak the "
-           "share of positives that got no hit (dropped, or no lexical match) or only weak hits; p50 is per-query search "
-           "latency.", ""]
+           "share of positives that got no hit (dropped, or no lexical match) or only weak hits; "
+           "p50 is per-query search latency.", ""]
+    if sweep is not None:
+        rows = [r for r in rows if r.tags.get("sweep_name") == sweep]
     if not rows:
-        out += ["_No ledger rows yet: run `python -m rag.run`._", ""]
+        out += ["_No ledger rows yet: run `python -m rag.run`._" if sweep is None
+                else f"_No rows for sweep `{sweep}`: run `python -m rag.run +sweep={sweep}`._", ""]
         return "\n".join(out)
-    experiments = list(dict.fromkeys(r.experiment for r in rows))
-    for exp in experiments:
+    for exp in dict.fromkeys(r.experiment for r in rows):
         exp_rows = [r for r in rows if r.experiment == exp]
-        out += [f"## {exp}", ""]
-        out += render_table(exp_rows)
-        out += [""]
-        out += render_calibration(exp_rows[-1])
-        out += [""]
+        out += [f"# {exp}" if sweep is None else f"Experiment `{exp}`.", ""]
+        single = [r for r in exp_rows if not r.tags.get("sweep_name")]
+        if single:
+            out += ["## Single runs", ""]
+            out += render_table(single)
+            out += [""]
+            out += render_calibration(single[-1])
+            out += [""]
+        for name in dict.fromkeys(r.tags["sweep_name"] for r in exp_rows if r.tags.get("sweep_name")):
+            out += render_sweep(name, [r for r in exp_rows if r.tags.get("sweep_name") == name])
     return "\n".join(out)
