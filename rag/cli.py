@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -19,11 +20,50 @@ def main(argv: list[str] | None = None) -> int:
                           add_help=False)
     sub.add_parser("report", help="write reports/ledger.md from MLflow (python -m rag.report; "
                                   "its options follow)", add_help=False)
+    p_diff = sub.add_parser("diff", help="per-query comparison of two ledger rows")
+    p_diff.add_argument("run_a", help="baseline run id (or a unique prefix, e.g. from reports/ledger.md)")
+    p_diff.add_argument("run_b", help="the other run id (or a unique prefix)")
+    p_diff.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p_diff.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
+    p_diff.add_argument("--tracking-uri", default="sqlite:///mlflow.db",
+                        help="MLflow tracking URI; a relative sqlite path is taken from the "
+                             "project root (default: sqlite:///mlflow.db)")
     args, rest = parser.parse_known_args(argv)
+    if args.command == "diff":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return _diff(args)
     if args.command == "run":
         return subprocess.call([sys.executable, "-m", "rag.run", *rest])
     from rag.report import main as report_main
     return report_main(rest)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    import json
+
+    from rag.config import tracking_uri
+    from rag.ledger.diff import diff_per_query, render_text, summarize
+    from rag.ledger.mlflow_store import Ledger
+    from rag.ledger.sweep import per_query_frame
+
+    uri = tracking_uri(args.tracking_uri)
+    if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
+        print(f"error: no ledger at {uri}", file=sys.stderr)
+        return 2
+    ledger = Ledger(uri)
+    try:
+        ids = [ledger.resolve_run_id(r) for r in (args.run_a, args.run_b)]
+    except LookupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    frames = [per_query_frame(ledger.download_text(r, "per_query.csv")) for r in ids]
+    summary = summarize(diff_per_query(*frames), run_a=ids[0], run_b=ids[1], top=args.top)
+    try:
+        print(json.dumps(summary, indent=2) if args.json else render_text(summary))
+    except BrokenPipeError:  # `rag diff ... | head`
+        sys.stderr.close()
+    return 0
 
 
 if __name__ == "__main__":

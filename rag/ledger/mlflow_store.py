@@ -151,9 +151,25 @@ class Ledger:
                 break
         return out
 
+    def resolve_run_id(self, ref: str) -> str:
+        """A full run id from a full id or a unique prefix (as shown in reports).
+
+        Raises:
+            LookupError: no row, or several rows, match ``ref``.
+        """
+        ids = [r.info.run_id for e in self.client.search_experiments()
+               for r in self.rows([e.experiment_id]) if r.info.run_id.startswith(ref)]
+        if len(ids) == 1:
+            return ids[0]
+        raise LookupError(f"no ledger row matches run id {ref!r}" if not ids
+                          else f"run id prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}")
+
     def download_text(self, run_id: str, name: str) -> str:
         """The text of one artifact of a run."""
+        import os
+
         import mlflow.artifacts
 
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name,
                                                         tracking_uri=self.uri)).read_text()
