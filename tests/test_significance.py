@@ -51,3 +51,26 @@ def test_holm_by_hand():
     # capped at 1 and monotone: 0.5*2=1.0 -> 1.0; 0.6*1=0.6 -> max(1.0, 0.6) = 1.0
     assert holm([0.6, 0.5]) == pytest.approx([1.0, 1.0])
     assert holm([]) == []
+
+
+def test_lock_retry_retries_only_lock_errors():
+    from rag.ledger.mlflow_store import with_lock_retry
+
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return "ok"
+
+    assert with_lock_retry(flaky, delay_s=0.001) == "ok" and len(calls) == 3
+
+    def broken():
+        calls.append(1)
+        raise ValueError("something else")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        with_lock_retry(broken, delay_s=0.001)
+    assert len(calls) == 1

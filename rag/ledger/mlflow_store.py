@@ -55,6 +55,23 @@ def git_commit(root: Path) -> str:
         return "unknown"
 
 
+def _is_lock_error(exc: BaseException) -> bool:
+    return "database is locked" in str(exc) or "database is busy" in str(exc)
+
+
+def with_lock_retry(fn, *args, attempts: int = 20, delay_s: float = 0.25, **kwargs):
+    """Call ``fn``, retrying with exponential backoff (capped at 5 s per wait) while SQLite
+    reports "database is locked" — parallel sweep workers share one ledger file."""
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - MLflow wraps the sqlite error in several types
+            if not _is_lock_error(exc) or i == attempts - 1:
+                raise
+            time.sleep(min(delay_s * (2 ** i), 5.0))
+    raise AssertionError("unreachable")
+
+
 class Ledger:
     """A handle on one MLflow tracking store.
 
@@ -107,8 +124,9 @@ class Ledger:
         """
         from mlflow.entities import Metric, Param, RunTag
 
-        exp_id = self.experiment_id(experiment)
-        run = self.client.create_run(exp_id, run_name=run_name, tags=dict(tags))
+        c = self.client
+        exp_id = with_lock_retry(self.experiment_id, experiment)
+        run = with_lock_retry(c.create_run, exp_id, run_name=run_name, tags=dict(tags))
         rid = run.info.run_id
         try:
             now = int(time.time() * 1000)
@@ -116,17 +134,17 @@ class Ledger:
                   if v is not None and not math.isnan(float(v))]
             ps = [Param(k, v) for k, v in params.items()]
             # MLflow caps one log_batch at 1000 metrics and 100 params
-            self.client.log_batch(rid, tags=[RunTag("rag.ledger", "1")])
+            with_lock_retry(c.log_batch, rid, tags=[RunTag("rag.ledger", "1")])
             for i in range(0, len(ms), 900):
-                self.client.log_batch(rid, metrics=ms[i:i + 900])
+                with_lock_retry(c.log_batch, rid, metrics=ms[i:i + 900])
             for i in range(0, len(ps), 90):
-                self.client.log_batch(rid, params=ps[i:i + 90])
+                with_lock_retry(c.log_batch, rid, params=ps[i:i + 90])
             for name, text in artifacts.items():
-                self.client.log_text(rid, text, name)
+                c.log_text(rid, text, name)
         except BaseException:
-            self.client.set_terminated(rid, status="FAILED")
+            with_lock_retry(c.set_terminated, rid, status="FAILED")
             raise
-        self.client.set_terminated(rid, status="FINISHED")
+        with_lock_retry(c.set_terminated, rid, status="FINISHED")
         return rid
 
     def experiments(self, prefix: str) -> list[Any]:
