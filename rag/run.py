@@ -170,10 +170,11 @@ def sweep_tags(cfg: DictConfig) -> dict[str, str]:
         hc = HydraConfig.get()
         overrides = list(hc.overrides.task)
         tags["sweep_job_num"] = str(hc.job.num)
+        # the job is named by the keys its sweep file varies (more than one value)
+        swept = {str(k) for k, v in (hc.sweeper.get("params") or {}).items() if "," in str(v)}
     except (ValueError, AttributeError):
-        overrides = []
-    own = [o for o in overrides
-           if not o.lstrip("+~").startswith(("tracking.", "hydra.", "sweep=", "paths."))]
+        overrides, swept = [], set()
+    own = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept]
     tags["sweep_job"] = " ".join(sorted(own)) or "(defaults)"
     baseline = set(str(cfg.sweep.baseline or "").split())
     tags["is_baseline"] = str(bool(baseline) and baseline.issubset(set(overrides))).lower()

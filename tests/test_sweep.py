@@ -1,0 +1,103 @@
+"""A real sweep on the fixture repository (one process, Hydra multirun), read back from an
+``mlflow server`` started on 127.0.0.1 by the test, then the report's sweep section."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import run_overrides
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def routing_sweep(tmp_path, fixture_repo, fixture_golden):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag.run", "+sweep=routing",
+         *run_overrides(tmp_path, fixture_repo, fixture_golden),
+         f"hydra.sweep.dir={tmp_path / 'multirun'}"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp_path, proc.stdout
+
+
+def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
+    tmp_path, stdout = routing_sweep
+    assert stdout.count("ledger row ") == 4
+    # jobs 2-4 reuse the first job's index: nothing embedded, nothing rebuilt
+    assert stdout.count("chunks embedded: 0") >= 3
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+         "--default-artifact-root", str(tmp_path / "mlartifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("mlflow server did not come up")
+                time.sleep(0.5)
+        exp = json.loads(urllib.request.urlopen(
+            f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=rag-shop",
+            timeout=30).read())["experiment"]
+        runs = _post(f"{base}/api/2.0/mlflow/runs/search", {
+            "experiment_ids": [exp["experiment_id"]], "max_results": 100,
+            "filter": "tags.sweep_name = 'routing' and attributes.status = 'FINISHED'"})["runs"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
+    rows = [(r, t) for r, t in zip(runs, tags) if t.get("rag.sweep_parent") != "1"]
+    parents = [t for t in tags if t.get("rag.sweep_parent") == "1"]
+    assert len(rows) == 4 and len(parents) == 1
+    sweep_ids = {t["sweep_id"] for _, t in rows}
+    assert sweep_ids == {parents[0]["sweep_id"]}
+    parent_id = [r["info"]["run_id"] for r, t in zip(runs, tags) if t.get("rag.sweep_parent") == "1"][0]
+    assert all(t["mlflow.parentRunId"] == parent_id for _, t in rows)
+    baseline = [r for r, t in rows if t["is_baseline"] == "true"]
+    assert len(baseline) == 1
+    assert {t["sweep_job"] for _, t in rows} == {f"search.mode={m}" for m in ("dense", "bm25", "hybrid", "auto")}
+    base_id = baseline[0]["info"]["run_id"]
+    for r, t in rows:
+        if t["is_baseline"] == "false":
+            assert t["baseline_run_id"] == base_id
+            keys = {m["key"] for m in r["data"]["metrics"]}
+            assert {"mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high", "recall_at_8_p"} <= keys
+    # the report's routing section shows deltas and p-values against the baseline
+    section = subprocess.run(
+        [sys.executable, "-m", "rag.report", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+         "--sweep", "routing", "--out", str(tmp_path / "routing.md")], capture_output=True, text=True)
+    assert section.returncode == 0, section.stderr
+    text = (tmp_path / "routing.md").read_text()
+    assert "Sweep `routing`" in text and "baseline" in text and "(p " in text
+    assert text.count("| `") == 4
