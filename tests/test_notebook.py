@@ -1,0 +1,77 @@
+"""notebooks/ledger.ipynb runs headless (nbclient) on a small fixture ledger; the Pareto
+front helper is checked by hand."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import pandas as pd
+
+from conftest import PROJECT
+
+
+def _per_query(pos_top: list[float], neg_top: list[float]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["query_id", "kind", "top_dense", "mrr"])
+    w.writeheader()
+    for i, v in enumerate(pos_top):
+        w.writerow({"query_id": f"p{i}", "kind": "positive", "top_dense": v, "mrr": 1.0})
+    for i, v in enumerate(neg_top):
+        w.writerow({"query_id": f"n{i}", "kind": "negative", "top_dense": v, "mrr": ""})
+    return buf.getvalue()
+
+
+def _fixture_ledger(tmp_path) -> str:
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ledger = Ledger(uri, tmp_path / "art")
+    for mode, mrr, p50 in (("bm25", 0.60, 1.0), ("dense", 0.55, 25.0), ("hybrid", 0.59, 30.0),
+                           ("auto", 0.62, 20.0)):
+        ledger.log_row(experiment="rag-fixture", run_name=mode,
+                       params={"search.mode": mode, "abstain.min_dense": "0.45",
+                               "abstain.weak_dense": "0.55"},
+                       metrics={"mrr": mrr, "latency_p50_ms": p50, "recall_at_8": 0.7},
+                       tags={"sweep_name": "routing", "sweep_job": f"search.mode={mode}"},
+                       artifacts={"per_query.csv": _per_query([0.6, 0.7, 0.5], [0.3, 0.4])})
+    return uri
+
+
+def test_pareto_front_by_hand():
+    from rag.ledger.frame import pareto_front
+
+    df = pd.DataFrame({"latency_p50_ms": [1.0, 25.0, 30.0, 20.0, float("nan")],
+                       "mrr": [0.60, 0.55, 0.59, 0.62, 0.9]})
+    # bm25 (1 ms, .60) and auto (20 ms, .62) are undominated; dense and hybrid are dominated
+    # by auto (faster and better); the NaN row never counts
+    assert pareto_front(df).tolist() == [True, False, False, True, False]
+
+
+def test_ledger_frame_reads_rows(tmp_path):
+    from rag.ledger.frame import ledger_frame
+
+    df = ledger_frame(_fixture_ledger(tmp_path))
+    assert df["search.mode"].tolist() == ["bm25", "dense", "hybrid", "auto"]
+    assert df.mrr.tolist() == [0.60, 0.55, 0.59, 0.62]
+
+
+def test_notebook_executes_headless(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    uri = _fixture_ledger(tmp_path)
+    monkeypatch.setenv("RAG_LEDGER_URI", uri)
+    nb = nbformat.read(PROJECT / "notebooks/ledger.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "4 ledger rows" in outputs
+    import re
+    # fixture: positives' top dense 0.6, 0.7, 0.5 -> min 0.5; negatives 0.3, 0.4 -> max 0.4
+    assert re.search(r"'positive_min_top_dense': (np\.float64\()?0\.5\b", outputs), outputs
+    assert re.search(r"'negative_max_top_dense': (np\.float64\()?0\.4\b", outputs), outputs
+    assert not any(o.get("output_type") == "error" for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
