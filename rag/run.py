@@ -76,14 +76,15 @@ def get_index(cfg: DictConfig, root: Path, embedder):
            c.window_overlap)
     if key in _INDEXES:
         index = _INDEXES[key]
-        index.stats = {**index.stats, "chunks_embedded": 0,
+        index.stats = {**index.stats, "chunks_embedded": 0, "corpus_read": 0,
                        "chunks_from_cache": len(index.chunks), "index_reused": 1}
         return index
     try:
         index = build_index(root, embedder=embedder, cache_dir=expand_path(cfg.paths.cache_dir),
                             bm25_backend=backend, k1=b.k1, b=b.b,
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
-                            window_overlap=c.window_overlap)
+                            window_overlap=c.window_overlap,
+                            chunk_store=expand_path(cfg.paths.cache_dir) / "chunks")
     except EmptyCorpusError as exc:
         raise RunError(str(exc)) from exc
     index.stats["index_reused"] = 0
@@ -134,7 +135,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
           f"negative_max_top_dense {p('calibration/negative_max_top_dense'):.3f}  "
           f"suggested min_dense {p('calibration/suggested_min_dense'):.2f} "
           f"weak_dense {p('calibration/suggested_weak_dense'):.2f}", file=out)
-    print(f"  index: {stats.get('files_indexed')} files, {stats.get('chunks')} chunks, "
+    how = ("reused in this process" if stats.get("index_reused")
+           else "chunks loaded from the chunk store, no file read" if not stats.get("corpus_read")
+           else "corpus read and chunked")
+    print(f"  index ({how}): {stats.get('files_indexed')} files, {stats.get('chunks')} chunks, "
           f"chunks embedded: {stats.get('chunks_embedded')}, from cache: "
           f"{stats.get('chunks_from_cache')}, truncated at {cfg.embedder.max_seq_length} "
           f"word pieces: {stats.get('chunks_truncated')} "
@@ -241,7 +245,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth)
     metrics = dict(result.metrics)
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
-              "chunks_truncated_share", "files_indexed", "index_reused"):
+              "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read"):
         if k in index.stats:
             metrics[f"index/{k}"] = float(index.stats[k])
     for k, v in index.stats.items():

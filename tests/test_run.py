@@ -188,3 +188,25 @@ def test_every_sweep_file_composes_and_validates(compose):
             # the baseline is the first job, so sequential jobs can compare against it
             assert str(swept[key]).split(",")[0] == value, (path.name, override)
             validate(compose([f"+sweep={path.stem}", override]))
+
+
+def test_chunk_store_skips_reading_an_unchanged_corpus(tmp_path, fixture_repo):
+    from rag.index.build import build_index
+
+    kw = dict(embedder=None, cache_dir=None, progress=False, chunk_store=tmp_path / "store")
+    first = build_index(fixture_repo, **kw)
+    second = build_index(fixture_repo, **kw)
+    assert (first.stats["corpus_read"], second.stats["corpus_read"]) == (1, 0)
+    assert second.chunks == first.chunks
+    assert second.corpus_fingerprint == first.corpus_fingerprint
+    assert second.stats["files_indexed"] == first.stats["files_indexed"]
+    # a changed file (new size) invalidates the store
+    p = fixture_repo / "docs/guide.md"
+    p.write_text(p.read_text() + "\n## Shipping\n\nParcels leave within two days.\n")
+    third = build_index(fixture_repo, **kw)
+    assert third.stats["corpus_read"] == 1
+    assert "Shipping" in {c.symbol for c in third.chunks}
+    assert third.corpus_fingerprint != first.corpus_fingerprint
+    # other chunker settings are a different store
+    fourth = build_index(fixture_repo, **{**kw, "window_lines": 30})
+    assert fourth.stats["corpus_read"] == 1

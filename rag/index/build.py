@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document
 from rag.corpus.walk import Document, WalkStats, walk_corpus
+from rag.index import store
 from rag.index.bm25 import BM25Channel, build_bm25
 from rag.index.dense import DenseChannel, Embedder, EmbeddingCache, embed_with_cache
 from rag.index.tokenize import TOKENIZER_VERSION
@@ -63,7 +64,8 @@ def corpus_fingerprint(docs: list[Document]) -> str:
 def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None,
                 bm25_backend: str = "bm25s", k1: float = 1.5, b: float = 0.75,
                 max_file_bytes: int = 1_000_000, window_lines: int = 60,
-                window_overlap: int = 10, progress: bool = True) -> Index:
+                window_overlap: int = 10, progress: bool = True,
+                chunk_store: Path | None = None) -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -73,31 +75,48 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         bm25_backend, k1, b: BM25 settings (see :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
         progress: show tqdm progress bars.
+        chunk_store: directory of persisted chunk sets (:mod:`rag.index.store`); when the
+            corpus is unchanged since the last build, its chunks are loaded from there and no
+            file is read (``stats["corpus_read"] == 0``).
 
     Raises:
         FileNotFoundError: ``root`` is not a directory.
         EmptyCorpusError: nothing indexable was found (the message gives the skip counts).
     """
     t0 = time.perf_counter()
-    walk = WalkStats()
-    docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk))
-    if not docs:
-        skipped = {k: v for k, v in walk.skipped.items() if v}
-        raise EmptyCorpusError(
-            f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
-    t_walk = time.perf_counter()
-    chunks: list[Chunk] = []
-    for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
-        chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap))
-    chunks.sort(key=lambda c: c.id)
-    if not chunks:
-        raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
+    settings = {"max_file_bytes": max_file_bytes, "window_lines": window_lines,
+                "window_overlap": window_overlap}
+    stored = None
+    if chunk_store is not None:
+        fingerprint = store.stat_fingerprint(root) if root.is_dir() else ""
+        spath = store.store_path(chunk_store, root, settings)
+        stored = store.load(spath, fingerprint)
+    if stored is not None:
+        chunks, walk_stats, corpus_fp = stored
+        t_walk = time.perf_counter()
+    else:
+        walk = WalkStats()
+        docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk))
+        if not docs:
+            skipped = {k: v for k, v in walk.skipped.items() if v}
+            raise EmptyCorpusError(
+                f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
+        t_walk = time.perf_counter()
+        chunks = []
+        for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
+            chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap))
+        chunks.sort(key=lambda c: c.id)
+        if not chunks:
+            raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
+        walk_stats, corpus_fp = walk.as_dict(), corpus_fingerprint(docs)
+        if chunk_store is not None:
+            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp)
     t_chunk = time.perf_counter()
     texts = [c.indexed_text for c in chunks]
     bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
     t_bm25 = time.perf_counter()
-    stats: dict[str, Any] = dict(walk.as_dict())
-    stats.update(chunks=len(chunks), chunker_version=CHUNKER_VERSION,
+    stats: dict[str, Any] = dict(walk_stats)
+    stats.update(corpus_read=int(stored is None), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
                  tokenizer_version=TOKENIZER_VERSION,
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
                  bm25_build_s=round(t_bm25 - t_chunk, 3))
@@ -119,4 +138,4 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     else:
         stats.update(chunks_embedded=0, chunks_from_cache=0)
     return Index(chunks=chunks, bm25=bm25, dense=dense,
-                 corpus_fingerprint=corpus_fingerprint(docs), stats=stats)
+                 corpus_fingerprint=corpus_fp, stats=stats)

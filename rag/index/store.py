@@ -1,0 +1,67 @@
+"""A persisted chunk set per (corpus directory, chunker settings), so a later run or a
+parallel sweep worker does not re-read and re-chunk an unchanged corpus.
+
+Validity is checked by a *stat fingerprint* (every file's path, size and mtime under the
+corpus, ``.git`` excluded), which costs directory listings but no file reads. The store is one
+JSON file written to a temporary name and renamed into place, so an interrupted write leaves
+the previous good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rag.corpus.chunk import CHUNKER_VERSION, Chunk
+
+STORE_VERSION = "1"
+
+
+def stat_fingerprint(root: Path) -> str:
+    """SHA-256 over (relative path, size, mtime_ns) of every file under ``root`` but ``.git``."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for f in sorted(filenames):
+            p = os.path.join(dirpath, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            rel = os.path.relpath(p, root)
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def store_path(store_dir: Path, root: Path, settings: dict[str, Any]) -> Path:
+    """The store file for ``root`` under ``settings`` (walk and chunker options)."""
+    key = json.dumps({"root": str(root.resolve()), "settings": settings,
+                      "chunker": CHUNKER_VERSION, "store": STORE_VERSION}, sort_keys=True)
+    return store_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str] | None:
+    """(chunks, walk stats, corpus fingerprint) if the store exists and matches, else None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("stat_fingerprint") != fingerprint or data.get("version") != STORE_VERSION:
+        return None
+    return ([Chunk(**c) for c in data["chunks"]], data["walk_stats"], data["corpus_fingerprint"])
+
+
+def save(path: Path, fingerprint: str, chunks: list[Chunk], walk_stats: dict[str, Any],
+         corpus_fingerprint: str) -> None:
+    """Write the store atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"version": STORE_VERSION, "stat_fingerprint": fingerprint,
+                               "corpus_fingerprint": corpus_fingerprint,
+                               "walk_stats": walk_stats,
+                               "chunks": [asdict(c) for c in chunks]}), encoding="utf-8")
+    os.replace(tmp, path)
