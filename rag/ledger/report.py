@@ -120,7 +120,8 @@ def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
                 + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
                 "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
                 "across this sweep's jobs; * marks p < 0.05.", ""]
-        head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8"]
+        head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
+                "Δanswer support"]
         extra = [c for c in ("context_chars_mean", "context_tokens_mean")
                  if any(c in r.metrics for r in srows)]
         head += [{"context_chars_mean": "context chars", "context_tokens_mean": "context tokens"}[c]
@@ -132,6 +133,7 @@ def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
                      *[_cell(r, kind, key) for _, kind, key in COLUMNS],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
+                     _sig_cell(r, "answer_support", h),
                      *[f"{r.metrics[c]:.0f}" if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
