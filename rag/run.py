@@ -55,12 +55,25 @@ def get_embedder(cfg: DictConfig):
     from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
 
     e = cfg.embedder
-    key = (e.name, e.model_path, e.max_seq_length, e.batch_size, e.normalize)
+    kind = str(getattr(e.kind, "value", e.kind))
+    key = (kind, e.name, e.model_path, e.max_seq_length, e.batch_size, e.normalize, e.pca_dims)
     if key not in _EMBEDDERS:
         try:
-            _EMBEDDERS[key] = SentenceTransformerEmbedder(
-                name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-                batch_size=e.batch_size, normalize=e.normalize)
+            if kind == "model2vec":
+                from rag.index.dense import Model2VecEmbedder
+
+                try:
+                    _EMBEDDERS[key] = Model2VecEmbedder(
+                        name=e.name, model_path=e.model_path, pca_dims=e.pca_dims,
+                        max_seq_length=e.max_seq_length, normalize=e.normalize,
+                        cache_dir=expand_path(cfg.paths.cache_dir))
+                except ImportError as exc:
+                    raise RunError("embedder.kind=model2vec needs the model2vec package with its "
+                                   f"distill extra ({exc})") from exc
+            else:
+                _EMBEDDERS[key] = SentenceTransformerEmbedder(
+                    name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+                    batch_size=e.batch_size, normalize=e.normalize)
         except ModelNotFoundError as exc:
             raise RunError(str(exc)) from exc
     return _EMBEDDERS[key]
@@ -88,6 +101,7 @@ def get_index(cfg: DictConfig, root: Path, embedder):
     except EmptyCorpusError as exc:
         raise RunError(str(exc)) from exc
     index.stats["index_reused"] = 0
+    index.stats["embedder_distill_s"] = round(float(getattr(embedder, "distill_s", 0.0)), 3)
     _INDEXES[key] = index
     return index
 
@@ -245,7 +259,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth)
     metrics = dict(result.metrics)
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
-              "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read"):
+              "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",
+              "embedder_distill_s"):
         if k in index.stats:
             metrics[f"index/{k}"] = float(index.stats[k])
     for k, v in index.stats.items():
