@@ -168,26 +168,32 @@ def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golde
 
 
 def test_every_sweep_file_composes_and_validates(compose):
-    """No sweep file rots: each composes against the schema and passes validation."""
+    """No sweep file rots: every job of every sweep composes against the schema and passes
+    validation (a dry run of each job's config), and the baseline is the first job."""
+    import itertools
+
     from rag.config import validate
 
     sweeps = sorted((PROJECT / "conf/sweep").glob("*.yaml"))
-    assert sweeps
+    assert {p.stem for p in sweeps} >= {"routing", "prose_mode", "topk", "thresholds", "rrf_k",
+                                         "bm25_backend", "embedder"}
     for path in sweeps:
         text = path.read_text()
         assert text.startswith("# @package _global_"), path.name
         assert f"+sweep={path.stem}" in text.splitlines()[1], path.name
-        cfg = compose([f"+sweep={path.stem}"])
-        assert cfg.sweep.name == path.stem
-        validate(cfg)
-        # compose() hides hydra.*; read the swept values from the file itself
         raw = yaml.safe_load(text)
-        swept = raw["hydra"]["sweeper"]["params"]
-        for override in raw["sweep"]["baseline"].split():
-            key, value = override.split("=", 1)
-            # the baseline is the first job, so sequential jobs can compare against it
-            assert str(swept[key]).split(",")[0] == value, (path.name, override)
-            validate(compose([f"+sweep={path.stem}", override]))
+        assert raw["hydra"]["mode"] == "MULTIRUN"
+        swept = {k: str(v).split(",") for k, v in raw["hydra"]["sweeper"]["params"].items()}
+        baseline = dict(o.split("=", 1) for o in raw["sweep"]["baseline"].split())
+        for key, value in baseline.items():
+            assert swept[key][0] == value, (path.name, key)
+        jobs = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in swept.items()]))
+        assert len(jobs) >= 2
+        for job in jobs:
+            cfg = compose([f"+sweep={path.stem}", *job])
+            assert cfg.sweep.name == path.stem
+            validate(cfg)
+
 
 
 def test_chunk_store_skips_reading_an_unchanged_corpus(tmp_path, fixture_repo):
