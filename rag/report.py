@@ -24,13 +24,21 @@ def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
     from rag.ledger.mlflow_store import Ledger
 
     ledger = ledger or Ledger(uri)
+    import os
+    import tempfile
+
     rows: list[LedgerRow] = []
+    parents: dict[str, str] = {}
     for exp in ledger.experiments(prefix):
         rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
+        parents.update(ledger.sweep_parents([exp.experiment_id]))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-    tmp.write_text(render_ledger(rows, source=uri, sweep=sweep) + "\n", encoding="utf-8")
-    tmp.replace(out_path)
+    text = render_ledger(rows, source=uri, sweep=sweep, parents=parents) + "\n"
+    # a unique temporary name: parallel sweep jobs may write the report at the same time
+    fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, out_path)
     return out_path
 
 

@@ -160,56 +160,62 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
-    if "mrr_delta" in metrics:
-        print(f"  vs sweep baseline: MRR {metrics['mrr_delta']:+.3f} (p={metrics['mrr_p']:.4f}, "
-              f"95% CI [{metrics['mrr_ci_low']:+.3f}, {metrics['mrr_ci_high']:+.3f}])  Recall@8 "
-              f"{metrics['recall_at_8_delta']:+.3f} (p={metrics['recall_at_8_p']:.4f})", file=out)
+    deltas = [f"{name} {metrics[k + '_delta']:+.3f} (p={metrics[k + '_p']:.4f}, 95% CI "
+              f"[{metrics[k + '_ci_low']:+.3f}, {metrics[k + '_ci_high']:+.3f}])"
+              for name, k in (("MRR", "mrr"), ("Recall@8", "recall_at_8"),
+                              ("answer support", "answer_support"))
+              if f"{k}_delta" in metrics]
+    if deltas:
+        print("  vs sweep baseline: " + "  ".join(deltas), file=out)
 
 
-def sweep_tags(cfg: DictConfig) -> dict[str, str]:
+def _sweep_context() -> dict[str, Any]:
+    """This job's view of its multirun: overrides, sweep dir, launcher, and sweep.json."""
+    from rag.ledger.sweep import read_sweep_file
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+    except (ValueError, ImportError):
+        return {}
+    if hc.mode != RunMode.MULTIRUN:
+        return {"overrides": list(hc.overrides.task)}
+    sweep_dir = Path(str(hc.sweep.dir))
+    return {"overrides": list(hc.overrides.task), "sweep_dir": sweep_dir, "job_num": hc.job.num,
+            "parallel": "joblib" in str(hc.launcher.get("_target_", "")),
+            "file": read_sweep_file(sweep_dir)}
+
+
+def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, str]:
     """Tags that line the jobs of one sweep up in MLflow: sweep name and id, the parent run,
-    the baseline's overrides, this job's overrides and whether it is the baseline.
+    the baseline's overrides, this job's label (its values of the keys that vary), the label
+    of its baseline, and whether it is the baseline.
 
-    The sweep id and parent run come from :class:`rag.ledger.sweep.SweepCallback` through the
-    environment (also reaching joblib workers); a job composed outside a Hydra multirun gets
-    ``<name>-adhoc``.
+    The sweep id and parent run come from the sweep.json that
+    :class:`rag.ledger.sweep.SweepCallback` wrote into the multirun directory; a job run
+    outside a multirun gets a fresh ``<name>-adhoc-...`` id of its own.
     """
-    from rag.ledger.sweep import ENV_PARENT_RUN_ID, ENV_SWEEP_ID
+    from rag.ledger.sweep import baseline_label, job_label, new_sweep_id
 
     if not cfg.sweep.name:
         return {}
+    ctx = ctx if ctx is not None else _sweep_context()
+    info = ctx.get("file") or {}
+    overrides = ctx.get("overrides", [])
+    varying = set(info.get("varying", []))
     tags = {"sweep_name": str(cfg.sweep.name), "sweep_baseline": str(cfg.sweep.baseline or ""),
-            "sweep_id": os.environ.get(ENV_SWEEP_ID, f"{cfg.sweep.name}-adhoc")}
-    if os.environ.get(ENV_PARENT_RUN_ID):
-        tags["mlflow.parentRunId"] = os.environ[ENV_PARENT_RUN_ID]
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-        overrides = list(hc.overrides.task)
-        tags["sweep_job_num"] = str(hc.job.num)
-        # the job is named by the keys its sweep file varies (more than one value)
-        swept = {str(k) for k, v in (hc.sweeper.get("params") or {}).items() if "," in str(v)}
-    except (ValueError, AttributeError):
-        overrides, swept = [], set()
-    own = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept]
-    tags["sweep_job"] = " ".join(sorted(own)) or "(defaults)"
-    baseline = set(str(cfg.sweep.baseline or "").split())
-    tags["is_baseline"] = str(bool(baseline) and baseline.issubset(set(overrides))).lower()
+            "sweep_id": info.get("sweep_id") or new_sweep_id(f"{cfg.sweep.name}-adhoc")}
+    if info.get("parent_run_id"):
+        tags["mlflow.parentRunId"] = info["parent_run_id"]
+    if "job_num" in ctx:
+        tags["sweep_job_num"] = str(ctx["job_num"])
+    tags["sweep_job"] = job_label(overrides, varying)
+    tags["sweep_baseline_job"] = baseline_label(overrides, varying, str(cfg.sweep.baseline or ""))
+    tags["is_baseline"] = str(bool(cfg.sweep.baseline)
+                              and tags["sweep_job"] == tags["sweep_baseline_job"]).lower()
     return tags
-
-
-def _baseline_wait_s() -> float:
-    """How long a sweep job waits for its baseline row: jobs launched in parallel (joblib) may
-    finish first, so they wait up to 15 minutes; sequential jobs run after the baseline (it is
-    listed first in every sweep file), so they do not wait."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        target = str(HydraConfig.get().launcher.get("_target_", ""))
-    except (ValueError, AttributeError):
-        return 0.0
-    return 900.0 if "joblib" in target else 0.0
 
 
 def _import_mlflow() -> None:
@@ -284,6 +290,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
         }
         commit = git_commit(project_root())
+        ctx = _sweep_context()
         tags = {
             "git_commit": commit,
             "corpus": cfg.corpus.name,
@@ -293,15 +300,21 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
             "mlflow.source.git.commit": commit.removesuffix("-dirty"),
-            **sweep_tags(cfg),
+            **sweep_tags(cfg, ctx),
         }
         experiment = f"{t.experiment_prefix}-{cfg.corpus.name}"
         if tags.get("is_baseline") == "false":
-            from rag.ledger.sweep import baseline_comparison
+            from rag.ledger.sweep import BASELINE_FAILED_FILE, baseline_comparison
 
+            info = ctx.get("file") or {}
+            # parallel jobs may finish before their baseline: wait, but only until one
+            # deadline shared by the whole sweep, and not at all once the baseline failed
+            deadline = (info.get("started_at", time.time()) + 900) if ctx.get("parallel") else None
+            marker = ctx["sweep_dir"] / BASELINE_FAILED_FILE if "sweep_dir" in ctx else None
             sig, sig_tags = baseline_comparison(
-                ledger, ledger.experiment_id(experiment), tags["sweep_id"], golden.fingerprint,
-                artifacts["per_query.csv"], wait_s=_baseline_wait_s())
+                ledger, ledger.experiment_id(experiment), tags["sweep_id"],
+                tags["sweep_baseline_job"], golden.fingerprint, artifacts["per_query.csv"],
+                deadline=deadline, failed_marker=marker)
             metrics.update(sig)
             tags.update(sig_tags)
         run_id = ledger.log_row(experiment=experiment,
@@ -333,8 +346,17 @@ def main(cfg: DictConfig) -> float:
         pass
     try:
         metrics = run_job(cfg)
-    except RunError as exc:
+    except BaseException as exc:
+        ctx = _sweep_context()
+        if "sweep_dir" in ctx and cfg.sweep.name and sweep_tags(cfg, ctx).get("is_baseline") == "true":
+            from rag.ledger.sweep import BASELINE_FAILED_FILE
+
+            (ctx["sweep_dir"] / BASELINE_FAILED_FILE).write_text(f"{type(exc).__name__}: {exc}\n")
+        if not isinstance(exc, RunError):
+            raise
         print(f"error: {exc}", file=sys.stderr)
+        if "sweep_dir" in ctx:
+            raise  # in a multirun: this job fails, the others still run
         sys.exit(2)
     return metrics.get("mrr", 0.0)
 

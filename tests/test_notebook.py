@@ -34,7 +34,8 @@ def _fixture_ledger(tmp_path) -> str:
                        params={"search.mode": mode, "abstain.min_dense": "0.45",
                                "abstain.weak_dense": "0.55"},
                        metrics={"mrr": mrr, "latency_p50_ms": p50, "recall_at_8": 0.7},
-                       tags={"sweep_name": "routing", "sweep_job": f"search.mode={mode}"},
+                       tags={"sweep_name": "routing", "sweep_job": f"search.mode={mode}",
+                             "golden_fingerprint": "g1", "corpus_fingerprint": "c1"},
                        artifacts={"per_query.csv": _per_query([0.6, 0.7, 0.5], [0.3, 0.4])})
     return uri
 
@@ -68,7 +69,7 @@ def test_notebook_executes_headless(tmp_path, monkeypatch):
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
                       for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "4 ledger rows" in outputs
+    assert "4 ledger rows" in outputs and "4 share the newest row's corpus and golden set" in outputs
     import re
     # fixture: positives' top dense 0.6, 0.7, 0.5 -> min 0.5; negatives 0.3, 0.4 -> max 0.4
     assert re.search(r"'positive_min_top_dense': (np\.float64\()?0\.5\b", outputs), outputs

@@ -101,3 +101,37 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
     text = (tmp_path / "routing.md").read_text()
     assert "Sweep `routing`" in text and "baseline" in text and "(p " in text
     assert text.count("| `") == 4
+
+
+def test_a_failing_job_leaves_a_flagged_incomplete_sweep(tmp_path, fixture_repo, fixture_golden):
+    """top_k 10 and 20 fail validation (candidates=9 < top_k): the other jobs are still logged
+    and compared, the parent run ends FAILED, and the report says the sweep is incomplete."""
+    from mlflow.tracking import MlflowClient
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag.run", "+sweep=topk", "search.candidates=9",
+         *run_overrides(tmp_path, fixture_repo, fixture_golden),
+         f"hydra.sweep.dir={tmp_path / 'multirun'}"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode != 0
+    assert "search.candidates (9) must be >= search.top_k (10)" in proc.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rag-shop")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("rag.sweep_parent") == "1"]
+    rows = [r for r in runs if r.data.tags.get("rag.sweep_parent") != "1"]
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert sorted(r.data.tags["sweep_job"] for r in rows) == \
+        ["search.top_k=3", "search.top_k=5", "search.top_k=8"]
+    base = [r for r in rows if r.data.tags["is_baseline"] == "true"]
+    assert len(base) == 1
+    for r in rows:
+        if r is not base[0]:
+            assert r.data.tags["baseline_run_id"] == base[0].info.run_id
+            assert "answer_support_p" in r.data.metrics
+    report = subprocess.run(
+        [sys.executable, "-m", "rag.report", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+         "--sweep", "topk", "--out", str(tmp_path / "topk.md")], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    assert "Incomplete sweep" in (tmp_path / "topk.md").read_text()

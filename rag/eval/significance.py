@@ -52,7 +52,7 @@ def paired_randomization(a: Sequence[float], b: Sequence[float], *, n_resamples:
         :class:`PairedTest`. With all differences zero, p = 1 and the CI is [0, 0].
 
     Raises:
-        ValueError: the sequences differ in length or are empty.
+        ValueError: the sequences differ in length, are empty, or hold NaN/inf.
     """
     x = np.asarray(a, dtype=float)
     y = np.asarray(b, dtype=float)
@@ -60,6 +60,8 @@ def paired_randomization(a: Sequence[float], b: Sequence[float], *, n_resamples:
         raise ValueError(f"paired values need equal 1-d shapes, got {x.shape} and {y.shape}")
     if x.size == 0:
         raise ValueError("no paired values")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("paired values must be finite (a NaN would make any difference look significant)")
     d = y - x
     observed = abs(d.mean())
     rng = np.random.default_rng(seed)

@@ -18,11 +18,15 @@ from typing import Any
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 
-STORE_VERSION = "1"
+STORE_VERSION = "2"
+# bump when the walk's rules (what is skipped, how files are categorised) change
+WALK_VERSION = "1"
 
 
 def stat_fingerprint(root: Path) -> str:
-    """SHA-256 over (relative path, size, mtime_ns) of every file under ``root`` but ``.git``."""
+    """SHA-256 over (relative path, size, mtime_ns, ctime_ns, inode) of every file under
+    ``root`` but ``.git``. ctime cannot be set back by ``touch -r``/``cp -p``/``rsync -t``, so an
+    edit that keeps size and mtime still changes the fingerprint."""
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
@@ -33,14 +37,16 @@ def stat_fingerprint(root: Path) -> str:
             except OSError:
                 continue
             rel = os.path.relpath(p, root)
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n"
+                     .encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
 def store_path(store_dir: Path, root: Path, settings: dict[str, Any]) -> Path:
     """The store file for ``root`` under ``settings`` (walk and chunker options)."""
     key = json.dumps({"root": str(root.resolve()), "settings": settings,
-                      "chunker": CHUNKER_VERSION, "store": STORE_VERSION}, sort_keys=True)
+                      "chunker": CHUNKER_VERSION, "walk": WALK_VERSION, "store": STORE_VERSION},
+                     sort_keys=True)
     return store_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
@@ -52,7 +58,11 @@ def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str
         return None
     if data.get("stat_fingerprint") != fingerprint or data.get("version") != STORE_VERSION:
         return None
-    return ([Chunk(**c) for c in data["chunks"]], data["walk_stats"], data["corpus_fingerprint"])
+    try:
+        return ([Chunk(**c) for c in data["chunks"]], data["walk_stats"],
+                data["corpus_fingerprint"])
+    except (KeyError, TypeError):  # written by another version of Chunk: rebuild
+        return None
 
 
 def save(path: Path, fingerprint: str, chunks: list[Chunk], walk_stats: dict[str, Any],

@@ -15,7 +15,8 @@ PARAMS = ("search.mode", "search.prose_mode", "search.top_k", "fusion.rrf_k", "a
 def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
     """One row per ledger row (sweep parents excluded), oldest first.
 
-    Columns: run_id, experiment, start_time (UTC), sweep_name, sweep_job, is_baseline, the
+    Columns: run_id, experiment, start_time (UTC), corpus and golden fingerprints (compare
+    only rows that share both), sweep_name, sweep_job, is_baseline, the
     params in :data:`PARAMS` and the metrics in :data:`COLUMNS` (NaN where absent).
     """
     from rag.ledger.mlflow_store import Ledger
@@ -26,13 +27,16 @@ def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
         for r in ledger.rows([exp.experiment_id]):
             rec = {"run_id": r.info.run_id, "experiment": exp.name,
                    "start_time": pd.Timestamp(r.info.start_time, unit="ms", tz="UTC"),
+                   "corpus_fingerprint": r.data.tags.get("corpus_fingerprint"),
+                   "golden_fingerprint": r.data.tags.get("golden_fingerprint"),
                    "sweep_name": r.data.tags.get("sweep_name"),
                    "sweep_job": r.data.tags.get("sweep_job"),
                    "is_baseline": r.data.tags.get("is_baseline") == "true"}
             rec.update({p: r.data.params.get(p) for p in PARAMS})
             rec.update({m: r.data.metrics.get(m, float("nan")) for m in COLUMNS})
             records.append(rec)
-    cols = ["run_id", "experiment", "start_time", "sweep_name", "sweep_job", "is_baseline",
+    cols = ["run_id", "experiment", "start_time", "corpus_fingerprint", "golden_fingerprint",
+            "sweep_name", "sweep_job", "is_baseline",
             *PARAMS, *COLUMNS]
     return pd.DataFrame.from_records(records, columns=cols).sort_values("start_time",
                                                                        ignore_index=True)

@@ -169,6 +169,15 @@ class Ledger:
                 break
         return out
 
+    def sweep_parents(self, experiment_ids: Iterable[str]) -> dict[str, str]:
+        """sweep id -> status (RUNNING, FINISHED, FAILED) of each sweep's parent run."""
+        ids = list(experiment_ids)
+        if not ids:
+            return {}
+        runs = self.client.search_runs(ids, filter_string="tags.`rag.sweep_parent` = '1'",
+                                       max_results=1000)
+        return {r.data.tags.get("sweep_id", ""): r.info.status for r in runs}
+
     def resolve_run_id(self, ref: str) -> str:
         """A full run id from a full id or a unique prefix (as shown in reports).
 

@@ -98,10 +98,14 @@ def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
         return "baseline" if row.tags.get("is_baseline") == "true" else "—"
     p = holm_p.get(f"{metric}_p_holm", row.metrics.get(f"{metric}_p"))
     mark = "*" if p is not None and p < 0.05 else ""
-    return f"{delta:+.3f} (p {p:.3f}{mark})" if p is not None else f"{delta:+.3f}"
+    if p is None:
+        return f"{delta:+.3f}"
+    shown = "<0.001" if p < 0.001 else f"{p:.3f}"
+    return f"{delta:+.3f} (p {shown}{mark})"
 
 
-def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
+def render_sweep(name: str, rows: list[LedgerRow],
+                 parents: dict[str, str] | None = None) -> list[str]:
     """One sweep name's section: a table per sweep id (oldest first) with deltas against its
     baseline and Holm-corrected p-values across the sweep's jobs, then the baseline's
     calibration block."""
@@ -112,6 +116,7 @@ def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
     for sid in ids:
         srows = [r for r in rows if r.tags.get("sweep_id", "") == sid]
         base = next((r for r in srows if r.tags.get("is_baseline") == "true"), None)
+        status = (parents or {}).get(sid)
         holm = holm_table([{"run_id": r.run_id, **r.metrics} for r in srows
                            if r.tags.get("is_baseline") != "true"])
         out += [f"### {sid}", "",
@@ -120,6 +125,10 @@ def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
                 + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
                 "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
                 "across this sweep's jobs; * marks p < 0.05.", ""]
+        if status is not None and status != "FINISHED":
+            out += [f"**Incomplete sweep:** its parent run is {status} (a job failed or the "
+                    "multirun was interrupted); jobs may be missing and the Holm family below "
+                    "covers only the rows shown.", ""]
         head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
                 "Δanswer support"]
         extra = [c for c in ("context_chars_mean", "context_tokens_mean")
@@ -142,9 +151,11 @@ def render_sweep(name: str, rows: list[LedgerRow]) -> list[str]:
     return out
 
 
-def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None) -> str:
+def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None,
+                  parents: dict[str, str] | None = None) -> str:
     """The whole ledger: per experiment (corpus) the runs outside sweeps, oldest first, then
-    one section per sweep. With ``sweep`` only that sweep's section."""
+    one section per sweep. With ``sweep`` only that sweep's section. ``parents`` maps sweep
+    id -> the status of its parent run; a sweep whose parent is not FINISHED is flagged."""
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
     out = ["# Ledger" if sweep is None else f"# Ledger: sweep `{sweep}`", "", BANNER, "",
            f"Source: `{source}`. One row per evaluation (MLflow run), oldest first. "
@@ -169,5 +180,6 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
             out += render_calibration(single[-1])
             out += [""]
         for name in dict.fromkeys(r.tags["sweep_name"] for r in exp_rows if r.tags.get("sweep_name")):
-            out += render_sweep(name, [r for r in exp_rows if r.tags.get("sweep_name") == name])
+            out += render_sweep(name, [r for r in exp_rows if r.tags.get("sweep_name") == name],
+                                parents)
     return "\n".join(out)
