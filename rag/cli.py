@@ -28,7 +28,30 @@ def main(argv: list[str] | None = None) -> int:
     p_diff.add_argument("--tracking-uri", default="sqlite:///mlflow.db",
                         help="MLflow tracking URI; a relative sqlite path is taken from the "
                              "project root (default: sqlite:///mlflow.db)")
+    p_search = sub.add_parser("search", help="search a corpus with the configured pipeline")
+    p_search.add_argument("query", help="the question or identifier")
+    p_search.add_argument("--mode", choices=["auto", "bm25", "dense", "hybrid"], default=None,
+                          help="search.mode (default: the config's, auto)")
+    p_search.add_argument("-r", "--corpus", default=None, metavar="CORPUS",
+                          help="a directory to search (corpus.path), or omit for the default corpus")
+    p_search.add_argument("--top-k", type=int, default=None, help="search.top_k (default 8)")
+    p_search.add_argument("--types", nargs="+", default=None, metavar="T",
+                          choices=["source", "test", "documentation", "example", "config", "other",
+                                   "issue", "pull_request", "cli_help"],
+                          help="only these document categories (applied before scoring)")
+    p_search.add_argument("--json", action="store_true", help="print JSON (the hit shape)")
+    p_search.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                          help="any other config override, e.g. abstain.min_dense=0.2")
+    p_index = sub.add_parser("index", help="build or update the index of a corpus and say what changed")
+    p_index.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
+    p_index.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("search", "index"):
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rag.search_cli import index_command, search_command
+
+        return search_command(args) if args.command == "search" else index_command(args)
     if args.command == "diff":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

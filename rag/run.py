@@ -79,7 +79,7 @@ def get_embedder(cfg: DictConfig):
     return _EMBEDDERS[key]
 
 
-def get_index(cfg: DictConfig, root: Path, embedder):
+def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
     """Build (or reuse, within this process) the index of ``root``."""
     from rag.index.build import EmptyCorpusError, build_index, corpus_fingerprint  # noqa: F401
 
@@ -97,7 +97,8 @@ def get_index(cfg: DictConfig, root: Path, embedder):
                             bm25_backend=backend, k1=b.k1, b=b.b,
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
                             window_overlap=c.window_overlap,
-                            chunk_store=expand_path(cfg.paths.cache_dir) / "chunks")
+                            chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
+                            progress=progress)
     except EmptyCorpusError as exc:
         raise RunError(str(exc)) from exc
     index.stats["index_reused"] = 0

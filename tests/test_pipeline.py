@@ -89,3 +89,37 @@ def test_calibration_suggestions():
     assert cal["overlap"] is True
     assert calibrate([], [0.1])["positive_min_top_dense"] is None
     np.testing.assert_allclose(cal["positive_median_top_dense"], 0.61)
+
+
+def test_type_filter_applies_before_scoring(index):
+    docs_only = SearchPipeline(index, SearchOptions(mode="hybrid", types=("documentation",),
+                                                    min_dense=0.0, weak_dense=0.0))
+    res = docs_only.search("deploy the shop behind a reverse proxy", depth=40)
+    assert res.ranked and {h.category for h in res.ranked} == {"documentation"}
+    # the unfiltered run ranks other categories too, so the filter really removed candidates
+    everything = SearchPipeline(index, SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0))
+    assert {h.category for h in everything.search("deploy the shop", depth=40).ranked} > {"documentation"}
+    none = SearchPipeline(index, SearchOptions(types=("issue",))).search("refunds")
+    assert none.hits == [] and "issue" in none.reason and none.dropped == 0
+
+
+def test_rag_search_cli_json(fixture_repo, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAG_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "rag", "search", "handleAuthCallback", "--mode",
+                           "bm25", "-r", str(fixture_repo), "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    first = out["hits"][0]
+    assert (first["path"], first["symbol"]) == ("src/shop/payments.py", "handleAuthCallback")
+    assert set(first) >= {"path", "symbol", "start_line", "end_line", "category", "scores"}
+    assert first["scores"]["dense"] is None and first["scores"]["bm25"] > 0
+    assert out["dropped"] == 0 and out["weak_match"] is False
+    bad = subprocess.run([sys.executable, "-m", "rag", "search", "x", "-r", str(tmp_path / "nope")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode != 0 and "is not a directory" in bad.stderr and "Traceback" not in bad.stderr

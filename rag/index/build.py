@@ -41,6 +41,12 @@ class Index:
     corpus_fingerprint: str
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def category_mask(self, types) -> np.ndarray:
+        """Boolean mask, shape (n_chunks,), of the chunks whose category is in ``types``."""
+        wanted = set(types)
+        return np.fromiter((c.category in wanted for c in self.chunks), dtype=bool,
+                           count=len(self.chunks))
+
     @property
     def paths(self) -> set[str]:
         """Every indexed document path."""
@@ -110,7 +116,15 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
             raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
         walk_stats, corpus_fp = walk.as_dict(), corpus_fingerprint(docs)
         if chunk_store is not None:
-            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp)
+            files = {d.path: hashlib.sha256(d.text.encode()).hexdigest() for d in docs}
+            before = store.previous_files(spath)
+            if before is not None:  # what changed since the previous build of this corpus
+                walk_stats = {**walk_stats,
+                              "files_added": len(files.keys() - before.keys()),
+                              "files_removed": len(before.keys() - files.keys()),
+                              "files_changed": sum(1 for p, h in files.items()
+                                                   if p in before and before[p] != h)}
+            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, files)
     t_chunk = time.perf_counter()
     texts = [c.indexed_text for c in chunks]
     bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)

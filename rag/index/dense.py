@@ -286,7 +286,8 @@ class DenseChannel:
         cand = np.argpartition(-scores, depth - 1)[:depth] if depth < n else np.arange(n)
         # widen to every index tied with the cut-off so the tie-break by index is exact
         cutoff = scores[cand].min()
-        cand = np.flatnonzero(scores >= cutoff)
+        # -inf marks chunks filtered out before scoring: never returned
+        cand = np.flatnonzero((scores >= cutoff) & np.isfinite(scores))
         order = np.lexsort((cand, -scores[cand].astype(np.float64)))
         chosen = cand[order[:depth]]
         return [(int(i), float(scores[i])) for i in chosen]

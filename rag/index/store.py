@@ -65,13 +65,22 @@ def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str
         return None
 
 
+def previous_files(path: Path) -> dict[str, str] | None:
+    """path -> SHA-256 of the text of every file in the stored (possibly outdated) build."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError):
+        return None
+
+
 def save(path: Path, fingerprint: str, chunks: list[Chunk], walk_stats: dict[str, Any],
-         corpus_fingerprint: str) -> None:
-    """Write the store atomically (temporary file, then rename)."""
+         corpus_fingerprint: str, files: dict[str, str] | None = None) -> None:
+    """Write the store atomically (temporary file, then rename). ``files`` maps each path to
+    the SHA-256 of its text, so the next build can say what was added, changed or removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"version": STORE_VERSION, "stat_fingerprint": fingerprint,
                                "corpus_fingerprint": corpus_fingerprint,
-                               "walk_stats": walk_stats,
+                               "walk_stats": walk_stats, "files": files or {},
                                "chunks": [asdict(c) for c in chunks]}), encoding="utf-8")
     os.replace(tmp, path)

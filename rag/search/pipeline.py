@@ -10,6 +10,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rag.index.bm25 import top_positive
 from rag.index.build import Index
 from rag.search.abstain import band
@@ -30,6 +32,8 @@ class SearchOptions:
     rrf_k: int = 60
     min_dense: float = 0.45
     weak_dense: float = 0.55
+    # document categories to search (empty: all); applied before scoring
+    types: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SearchOptions":
@@ -81,6 +85,8 @@ class SearchResult:
     dropped: int
     weak_match: bool
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # why nothing was returned, when an abstention was forced (e.g. an empty type filter)
+    reason: str | None = None
 
 
 class SearchPipeline:
@@ -114,6 +120,16 @@ class SearchPipeline:
         eff = route(query, mode=o.mode, prose_mode=o.prose_mode)
         t["route"] = time.perf_counter() - t0
         pool = o.candidates if eff == "hybrid" else max(o.candidates, o.top_k, 10 * want_paths)
+        allowed = None
+        if o.types:
+            allowed = self.index.category_mask(o.types)
+            if not allowed.any():
+                t["total"] = time.perf_counter() - t_start
+                return SearchResult(
+                    hits=[], ranked=[], route=eff, top_dense=None, dropped=0, weak_match=False,
+                    timings_ms={k: v * 1000.0 for k, v in t.items()},
+                    reason=f"no indexed chunk has type(s) {sorted(o.types)}; the filter is never "
+                           "dropped silently")
 
         dense_scores = None
         dense_rank: list[tuple[int, float]] = []
@@ -126,12 +142,16 @@ class SearchPipeline:
             t["embed_query"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             dense_scores = self.index.dense.scores(qvec)
+            if allowed is not None:  # filtered out before ranking: never a candidate
+                dense_scores = np.where(allowed, dense_scores, -np.inf).astype(np.float32)
             dense_rank = self.index.dense.top(dense_scores, pool)
             t["dense"] = time.perf_counter() - t0
         bm25_scores = None
         if eff in ("bm25", "hybrid"):
             t0 = time.perf_counter()
             bm25_scores = self.index.bm25.score_all(query)
+            if allowed is not None:
+                bm25_scores = np.where(allowed, bm25_scores, 0.0)
             bm25_rank = top_positive(bm25_scores, pool)
             t["bm25"] = time.perf_counter() - t0
 
@@ -150,6 +170,8 @@ class SearchPipeline:
 
         t0 = time.perf_counter()
         top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
+        if top_dense is not None and not np.isfinite(top_dense):
+            top_dense = None
         decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
         cut = o.top_k
         if want_paths:

@@ -1,0 +1,109 @@
+"""``rag search`` and ``rag index``: the retriever by hand, with the same config keys (and so
+the same flags) that the ledger measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+
+def compose_config(overrides: list[str]):
+    """The project's Hydra config with ``overrides``, as ``python -m rag.run`` would compose it.
+
+    Raises:
+        hydra.errors.ConfigCompositionException / OmegaConf errors: a bad key or value.
+    """
+    from hydra import compose, initialize_config_dir
+
+    from rag.config import project_root, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def _load(overrides: list[str]):
+    import logging
+
+    from rag.config import validate
+    from rag.run import RunError, corpus_root, get_embedder, get_index
+
+    for name in ("sentence_transformers", "bm25s", "transformers"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        cfg = compose_config(overrides)
+        validate(cfg)
+        root = corpus_root(cfg)
+        embedder = get_embedder(cfg)
+        return cfg, get_index(cfg, root, embedder, progress=sys.stderr.isatty())
+    except (RunError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - Hydra's composition errors
+        if type(exc).__module__.startswith(("hydra", "omegaconf")):
+            raise SystemExit(f"error: {exc}") from None
+        raise
+
+
+def search_command(args: Namespace) -> int:
+    """Run one query and print the hits as a table or, with ``--json``, in the hit shape."""
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    overrides = list(args.overrides)
+    if args.mode:
+        overrides.append(f"search.mode={args.mode}")
+    if args.top_k is not None:
+        overrides.append(f"search.top_k={args.top_k}")
+    if args.corpus:
+        path = Path(args.corpus).expanduser().resolve()
+        overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
+    if not args.query.strip():
+        raise SystemExit("error: empty query")
+    cfg, index = _load(overrides)
+    opts = SearchOptions.from_config(cfg)
+    if args.types:
+        opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
+    res = SearchPipeline(index, opts).search(args.query)
+    out: dict[str, Any] = {
+        "hits": [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits],
+        "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
+        "top_dense": res.top_dense, "reason": res.reason,
+        "timings_ms": {k: round(v, 3) for k, v in res.timings_ms.items()},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"route {res.route}  dropped {res.dropped}  weak_match {res.weak_match}  "
+          f"({res.timings_ms['total']:.1f} ms)")
+    if res.reason:
+        print(f"no hits: {res.reason}")
+    fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} {'dense':>6} {'bm25':>7} {'rrf':>7}")
+    for i, h in enumerate(res.hits, 1):
+        loc = f"{h.path}:{h.start_line}-{h.end_line}"
+        print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
+              f"{fmt(h.scores['dense'], 3):>6} {fmt(h.scores['bm25'], 2):>7} {fmt(h.scores['rrf'], 4):>7}")
+    return 0
+
+
+def index_command(args: Namespace) -> int:
+    """Build or update the index of a corpus and print what was (re)done."""
+    overrides = list(args.overrides)
+    if args.path:
+        path = Path(args.path).expanduser().resolve()
+        overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
+    cfg, index = _load(overrides)
+    s = index.stats
+    how = "unchanged since the last build: chunks loaded from the chunk store" \
+        if not s.get("corpus_read") else "corpus read and chunked"
+    print(f"indexed {s.get('files_indexed')} files, {s.get('chunks')} chunks ({how}); "
+          f"chunks embedded: {s.get('chunks_embedded')}, from the embedding cache: "
+          f"{s.get('chunks_from_cache')}")
+    if s.get("corpus_read"):
+        changes = s.get("files_changed")
+        if changes is not None:
+            print(f"files added {s.get('files_added')}, changed {changes}, "
+                  f"removed {s.get('files_removed')} since the previous build")
+    return 0
