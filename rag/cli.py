@@ -45,7 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     p_index = sub.add_parser("index", help="build or update the index of a corpus and say what changed")
     p_index.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
     p_index.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p_serve = sub.add_parser("serve", help="serve POST /search and GET /health over HTTP")
+    p_serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p_serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p_serve.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="config overrides (the RAG_* environment flags also apply)")
     args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rag.serve.app import serve
+
+        return serve(args.host, args.port, list(args.overrides))
     if args.command in ("search", "index"):
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

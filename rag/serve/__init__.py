@@ -1,0 +1,1 @@
+"""HTTP service: the retriever behind ``POST /search`` (FastAPI + uvicorn)."""

@@ -1,0 +1,137 @@
+"""``rag serve``: the retriever over HTTP, with per-request overrides of every search flag.
+
+* ``POST /search`` — body :class:`SearchRequest`; unknown or invalid fields get 422 naming the
+  field; an empty query 422; a query over ``MAX_QUERY_CHARS`` 422.
+* ``GET /health`` — the index's size, embedder and corpus fingerprint.
+
+Service defaults come from the composed config, and the seed's environment flags map onto the
+same keys as the Hydra overrides (:data:`ENV_FLAGS`). One JSON log line per request records
+query *length*, flags, retrieved path/category/score and per-stage latency — never the query
+text, a hash of it, chunk text or embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_QUERY_CHARS = 2000
+log = logging.getLogger("rag.serve")
+
+# environment flag -> config key (the same keys as Hydra overrides and request fields)
+ENV_FLAGS = {
+    "RAG_SEARCH_MODE": "search.mode",
+    "RAG_PROSE_MODE": "search.prose_mode",
+    "RAG_RERANK_ENABLED": "rerank.enabled",
+    "RAG_TOP_K": "search.top_k",
+    "RAG_CANDIDATES": "search.candidates",
+    "RAG_MIN_DENSE_SCORE": "abstain.min_dense",
+    "RAG_WEAK_DENSE_SCORE": "abstain.weak_dense",
+}
+
+Category = Literal["source", "test", "documentation", "example", "config", "other", "issue",
+                   "pull_request", "cli_help"]
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> list[str]:
+    """Hydra overrides from the seed's environment flags that are set."""
+    environ = dict(os.environ if environ is None else environ)
+    return [f"{key}={environ[name]}" for name, key in ENV_FLAGS.items() if environ.get(name)]
+
+
+class SearchRequest(BaseModel):
+    """One search; every field but ``query`` overrides the service default for this request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    corpus: Optional[str] = None
+    mode: Optional[Literal["auto", "bm25", "dense", "hybrid"]] = None
+    prose_mode: Optional[Literal["dense", "hybrid"]] = None
+    top_k: Optional[int] = Field(default=None, ge=1, le=200)
+    candidates: Optional[int] = Field(default=None, ge=1, le=2000)
+    rerank: Optional[bool] = None
+    min_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    weak_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    types: Optional[list[Category]] = None
+
+
+def create_app(cfg, index):
+    """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults."""
+    from fastapi import FastAPI, HTTPException
+
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    defaults = SearchOptions.from_config(cfg)
+    app = FastAPI(title="rag", description="Retrieval over a code repository.")
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "corpus": cfg.corpus.name, "chunks": len(index.chunks),
+                "embedder": index.dense.embedder.model_id if index.dense else None,
+                "corpus_fingerprint": index.corpus_fingerprint}
+
+    @app.post("/search")
+    def search(req: SearchRequest) -> dict:
+        t0 = time.perf_counter()
+        entry: dict = {"event": "search", "query_chars": len(req.query)}
+        try:
+            if not req.query.strip():
+                raise HTTPException(status_code=422, detail="query: must not be blank")
+            if req.corpus not in (None, cfg.corpus.name):
+                raise HTTPException(status_code=404, detail=f"corpus {req.corpus!r} is not served "
+                                                            f"here (this service: {cfg.corpus.name!r})")
+            if req.rerank:
+                raise HTTPException(status_code=422, detail="rerank: no rerank stage is available yet")
+            opts = SearchOptions(**{**defaults.__dict__, **{
+                k: v for k, v in {"mode": req.mode, "prose_mode": req.prose_mode,
+                                  "top_k": req.top_k, "candidates": req.candidates,
+                                  "min_dense": req.min_dense, "weak_dense": req.weak_dense,
+                                  "types": tuple(req.types) if req.types else None}.items()
+                if v is not None}})
+            if opts.min_dense > opts.weak_dense:
+                raise HTTPException(status_code=422, detail="min_dense must be <= weak_dense")
+            if opts.candidates < opts.top_k:
+                raise HTTPException(status_code=422, detail="candidates must be >= top_k")
+            entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types))
+            res = SearchPipeline(index, opts).search(req.query)
+            entry.update(route=res.route, dropped=res.dropped, weak_match=res.weak_match,
+                         hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
+                               for h in res.hits],
+                         stage_ms={k: round(v, 3) for k, v in res.timings_ms.items()})
+            return {"hits": [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits],
+                    "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
+                    "reason": res.reason, "timings_ms": res.timings_ms,
+                    "index": {"corpus": cfg.corpus.name, "chunks": len(index.chunks),
+                              "corpus_fingerprint": index.corpus_fingerprint}}
+        except HTTPException as exc:
+            entry.update(failure_stage="validate", status=exc.status_code)
+            raise
+        except Exception:
+            entry.update(failure_stage="search", status=500)
+            raise
+        finally:
+            entry["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+            log.info(json.dumps(entry))
+
+    return app
+
+
+def serve(host: str, port: int, overrides: list[str]) -> int:
+    """Load the index once and serve it with uvicorn (127.0.0.1 by default)."""
+    import uvicorn
+
+    from rag.search_cli import _load
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg, index = _load(env_overrides() + overrides)
+    app = create_app(cfg, index)
+    # uvicorn's access log would print the request line only (no body), but keep it off:
+    # our own JSON line per request is the log of record
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    return 0

@@ -1,0 +1,109 @@
+"""rag serve: POST /search with overrides, 422s that name the field, and logs that never hold
+the query text. One test drives FastAPI in process; one starts `rag serve` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import run_overrides
+
+
+@pytest.fixture
+def client(fixture_repo, fixture_golden, tmp_path, compose, embedder, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import rag.run as run_mod
+    from rag.serve.app import create_app
+
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden))
+    index = run_mod.get_index(cfg, fixture_repo, embedder, progress=False)
+    return TestClient(create_app(cfg, index))
+
+
+def test_search_with_overrides_and_validation(client, caplog):
+    caplog.set_level(logging.INFO, logger="rag.serve")
+    marker = "quokka handleAuthCallback"
+    r = client.post("/search", json={"query": "handleAuthCallback", "mode": "bm25", "top_k": 2})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert 1 <= len(body["hits"]) <= 2 and body["route"] == "bm25"
+    assert body["hits"][0]["symbol"] == "handleAuthCallback"
+    assert body["hits"][0]["scores"]["dense"] is None
+    assert {"dropped", "weak_match", "timings_ms", "index"} <= set(body)
+    r = client.post("/search", json={"query": "refund money", "mode": "dense", "top_k": 2,
+                                     "min_dense": 0.0, "weak_dense": 0.0})
+    assert len(r.json()["hits"]) == 2 and r.json()["route"] == "dense"
+    r = client.post("/search", json={"query": "refund money", "types": ["documentation"],
+                                     "min_dense": 0.0, "weak_dense": 0.0})
+    assert r.status_code == 200 and {h["category"] for h in r.json()["hits"]} == {"documentation"}
+    bad = client.post("/search", json={"query": "x", "topk": 3})
+    assert bad.status_code == 422 and "topk" in bad.text
+    bad = client.post("/search", json={"query": "x", "mode": "fuzzy"})
+    assert bad.status_code == 422 and "mode" in bad.text
+    assert client.post("/search", json={"query": ""}).status_code == 422
+    assert client.post("/search", json={"query": "   "}).status_code == 422
+    assert client.post("/search", json={"query": "a" * 5000}).status_code == 422
+    assert client.post("/search", json={"query": "x", "min_dense": 0.9, "weak_dense": 0.1}).status_code == 422
+    client.post("/search", json={"query": marker})
+    lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "rag.serve"]
+    assert lines and all("query" not in line for line in lines)
+    assert any(line.get("query_chars") == len(marker) for line in lines)
+    assert "quokka" not in caplog.text
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAG_CACHE_DIR": str(tmp_path / "cache"),
+           "RAG_TOP_K": "3", "RAG_SEARCH_MODE": "bm25"}
+    proc = subprocess.Popen([sys.executable, "-m", "rag", "serve", "--port", str(port),
+                             f"corpus.path={fixture_repo}", "corpus.name=shop"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"rag serve did not start: {proc.stdout.read()[-2000:]}")
+                time.sleep(0.5)
+        req = urllib.request.Request(f"{base}/search", method="POST",
+                                     data=json.dumps({"query": "zebra refund_order"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        body = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        # RAG_TOP_K=3 and RAG_SEARCH_MODE=bm25 are the service defaults
+        assert body["route"] == "bm25" and len(body["hits"]) <= 3
+        assert body["hits"][0]["symbol"] == "refund_order"
+        bad = urllib.request.Request(f"{base}/search", method="POST",
+                                     data=json.dumps({"query": "x", "colour": 1}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=30)
+        assert err.value.code == 422
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert '"query_chars": 18' in out
+    assert "zebra" not in out
