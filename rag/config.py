@@ -58,6 +58,9 @@ class CorpusConfig:
     # Index this directory instead of fetching an sdist.
     path: Optional[str] = None
     max_file_bytes: int = 1_000_000
+    # gh JSON exports of issues / pull requests to index as documents, e.g.
+    # 'corpus.github_export=[issues.json,prs.json]'
+    github_export: Optional[list[str]] = None
     # Lines per window for text that is neither Python nor Markdown/reST.
     window_lines: int = 60
     window_overlap: int = 10

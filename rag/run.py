@@ -86,14 +86,24 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
     c, b = cfg.corpus, cfg.bm25
     backend = str(getattr(b.backend, "value", b.backend))
     key = (str(root), embedder.model_id, backend, b.k1, b.b, c.max_file_bytes, c.window_lines,
-           c.window_overlap)
+           c.window_overlap, tuple(c.github_export or ()))
     if key in _INDEXES:
         index = _INDEXES[key]
         index.stats = {**index.stats, "chunks_embedded": 0, "corpus_read": 0,
                        "chunks_from_cache": len(index.chunks), "index_reused": 1}
         return index
+    extra = []
+    if c.github_export:
+        from rag.corpus.github import GitHubExportError, load_github_export
+
+        try:
+            for f in c.github_export:
+                extra += load_github_export(expand_path(f, base=Path.cwd()))
+        except GitHubExportError as exc:
+            raise RunError(str(exc)) from exc
     try:
-        index = build_index(root, embedder=embedder, cache_dir=expand_path(cfg.paths.cache_dir),
+        index = build_index(root, embedder=embedder, extra_docs=extra,
+                            cache_dir=expand_path(cfg.paths.cache_dir),
                             bm25_backend=backend, k1=b.k1, b=b.b,
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
                             window_overlap=c.window_overlap,

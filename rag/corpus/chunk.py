@@ -233,6 +233,8 @@ def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10) -
 def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10) -> list[Chunk]:
     """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol, ``.md``/``.rst`` by section."""
     name = doc.path.lower()
+    if doc.category in ("issue", "pull_request"):  # title heading + body, Markdown
+        return chunk_sections(doc, rst=False, window_lines=window_lines, overlap=overlap)
     if name.endswith((".py", ".pyi")):
         return chunk_python(doc, window_lines=window_lines, overlap=overlap)
     if name.endswith((".md", ".markdown")):

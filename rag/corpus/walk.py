@@ -16,7 +16,8 @@ import pathspec
 
 BINARY_SNIFF_BYTES = 8192
 
-CATEGORIES = ("source", "test", "documentation", "example", "config", "other")
+CATEGORIES = ("source", "test", "documentation", "example", "config", "other", "issue",
+              "pull_request")
 
 _SOURCE_SUFFIXES = {
     ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".go", ".rs", ".java", ".kt", ".c",

@@ -71,7 +71,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 bm25_backend: str = "bm25s", k1: float = 1.5, b: float = 0.75,
                 max_file_bytes: int = 1_000_000, window_lines: int = 60,
                 window_overlap: int = 10, progress: bool = True,
-                chunk_store: Path | None = None) -> Index:
+                chunk_store: Path | None = None,
+                extra_docs: list[Document] | None = None) -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -81,6 +82,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         bm25_backend, k1, b: BM25 settings (see :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
         progress: show tqdm progress bars.
+        extra_docs: documents that are not files of ``root`` (GitHub issues and pull
+            requests, see :mod:`rag.corpus.github`), indexed with the corpus.
         chunk_store: directory of persisted chunk sets (:mod:`rag.index.store`); when the
             corpus is unchanged since the last build, its chunks are loaded from there and no
             file is read (``stats["corpus_read"] == 0``).
@@ -90,8 +93,10 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         EmptyCorpusError: nothing indexable was found (the message gives the skip counts).
     """
     t0 = time.perf_counter()
+    extra_docs = list(extra_docs or [])
     settings = {"max_file_bytes": max_file_bytes, "window_lines": window_lines,
-                "window_overlap": window_overlap}
+                "window_overlap": window_overlap,
+                "extra_docs": corpus_fingerprint(extra_docs) if extra_docs else None}
     stored = None
     if chunk_store is not None:
         fingerprint = store.stat_fingerprint(root) if root.is_dir() else ""
@@ -102,7 +107,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         t_walk = time.perf_counter()
     else:
         walk = WalkStats()
-        docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk))
+        docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk)) + extra_docs
+        for d in extra_docs:
+            walk.by_category[d.category] += 1
         if not docs:
             skipped = {k: v for k, v in walk.skipped.items() if v}
             raise EmptyCorpusError(
