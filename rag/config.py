@@ -157,6 +157,14 @@ class TrackingConfig:
 
 
 @dataclass
+class IndexConfig:
+    """The published (versioned) index that `rag search` / `rag serve` read."""
+
+    # a build older than this is still served, flagged stale: true with a warning
+    max_age_h: float = 168.0
+
+
+@dataclass
 class SweepConfig:
     """Set by a sweep file (conf/sweep/<name>.yaml): its name and the baseline job's overrides."""
 
@@ -180,6 +188,7 @@ class RagConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
 
 
 def register_configs() -> None:

@@ -25,10 +25,19 @@ def compose_config(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
-def _load(overrides: list[str]):
+def _load(overrides: list[str], *, publish: bool = False, strict: bool = True):
+    """(cfg, index, manifest): the published index of the configured corpus.
+
+    With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build.
+    Otherwise the current build is loaded — no corpus read — and refused if its embedder or
+    dimension differs from the config (with ``strict=False`` the error is returned in the
+    manifest's ``refused`` field instead of raised); with no build yet, one is built and
+    published first.
+    """
     import logging
 
-    from rag.config import validate
+    from rag.config import expand_path, validate
+    from rag.index import versioned
     from rag.run import RunError, corpus_root, get_embedder, get_index
 
     for name in ("sentence_transformers", "bm25s", "transformers"):
@@ -36,9 +45,25 @@ def _load(overrides: list[str]):
     try:
         cfg = compose_config(overrides)
         validate(cfg)
-        root = corpus_root(cfg)
         embedder = get_embedder(cfg)
-        return cfg, get_index(cfg, root, embedder, progress=sys.stderr.isatty())
+        root_dir = versioned.index_dir(expand_path(cfg.paths.cache_dir), cfg.corpus.name)
+        backend = str(getattr(cfg.bm25.backend, "value", cfg.bm25.backend))
+        if not publish:
+            try:
+                index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
+                                                         k1=cfg.bm25.k1, b=cfg.bm25.b)
+                return cfg, index, manifest
+            except versioned.NoIndexError:
+                pass  # first use: build and publish below
+            except versioned.IndexMismatchError as exc:
+                if strict:
+                    raise RunError(str(exc)) from exc
+                return cfg, None, {"refused": str(exc)}
+        root = corpus_root(cfg)
+        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty())
+        versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
+                          normalized=bool(cfg.embedder.normalize), corpus_root=str(root))
+        return cfg, index, versioned.read_manifest(root_dir)
     except (RunError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - Hydra's composition errors
@@ -61,17 +86,25 @@ def search_command(args: Namespace) -> int:
         overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
     if not args.query.strip():
         raise SystemExit("error: empty query")
-    cfg, index = _load(overrides)
+    cfg, index, manifest = _load(overrides)
     opts = SearchOptions.from_config(cfg)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
     res = SearchPipeline(index, opts).search(args.query)
+    from rag.index.versioned import age_hours
+
+    age = age_hours(manifest)
     out: dict[str, Any] = {
         "hits": [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits],
+        "index": {"version": manifest["build_id"], "built_at": manifest["built_at"],
+                  "age_s": round(age * 3600, 1), "stale": age > cfg.index.max_age_h},
         "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
         "top_dense": res.top_dense, "reason": res.reason,
         "timings_ms": {k: round(v, 3) for k, v in res.timings_ms.items()},
     }
+    if out["index"]["stale"]:
+        print(f"warning: index {manifest['build_id']} is {age:.1f} h old (index.max_age_h="
+              f"{cfg.index.max_age_h}); run `rag index` to refresh it", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -94,7 +127,7 @@ def index_command(args: Namespace) -> int:
     if args.path:
         path = Path(args.path).expanduser().resolve()
         overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
-    cfg, index = _load(overrides)
+    cfg, index, manifest = _load(overrides, publish=True)
     s = index.stats
     how = "unchanged since the last build: chunks loaded from the chunk store" \
         if not s.get("corpus_read") else "corpus read and chunked"
@@ -106,4 +139,6 @@ def index_command(args: Namespace) -> int:
         if changes is not None:
             print(f"files added {s.get('files_added')}, changed {changes}, "
                   f"removed {s.get('files_removed')} since the previous build")
+    print(f"published build {manifest['build_id']} ({manifest['embedder_id'].split('|')[0]}, "
+          f"dim {manifest['dim']})")
     return 0

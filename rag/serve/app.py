@@ -61,26 +61,49 @@ class SearchRequest(BaseModel):
     types: Optional[list[Category]] = None
 
 
-def create_app(cfg, index):
-    """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults."""
+def create_app(cfg, index, manifest: dict | None = None):
+    """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
+
+    ``manifest`` is the published build's (:mod:`rag.index.versioned`); if it carries
+    ``refused`` (the index's embedder or dimension differs from the config), every search is
+    answered 409 naming the mismatch and nothing is scored.
+    """
     from fastapi import FastAPI, HTTPException
 
+    from rag.index.versioned import age_hours
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
+    manifest = manifest or {}
+    refused = manifest.get("refused")
     defaults = SearchOptions.from_config(cfg)
     app = FastAPI(title="rag", description="Retrieval over a code repository.")
 
+    def index_info() -> dict:
+        if "built_at" not in manifest:
+            return {"version": None, "built_at": None, "age_s": None, "stale": None}
+        age = age_hours(manifest)
+        stale = age > cfg.index.max_age_h
+        if stale:
+            log.warning(json.dumps({"event": "stale_index", "version": manifest["build_id"],
+                                    "age_h": round(age, 2), "max_age_h": cfg.index.max_age_h}))
+        return {"version": manifest["build_id"], "built_at": manifest["built_at"],
+                "age_s": round(age * 3600, 1), "stale": stale}
+
     @app.get("/health")
     def health() -> dict:
+        if refused:
+            return {"status": "refusing", "reason": refused}
         return {"status": "ok", "corpus": cfg.corpus.name, "chunks": len(index.chunks),
                 "embedder": index.dense.embedder.model_id if index.dense else None,
-                "corpus_fingerprint": index.corpus_fingerprint}
+                "corpus_fingerprint": index.corpus_fingerprint, "index": index_info()}
 
     @app.post("/search")
     def search(req: SearchRequest) -> dict:
         t0 = time.perf_counter()
         entry: dict = {"event": "search", "query_chars": len(req.query)}
         try:
+            if refused:
+                raise HTTPException(status_code=409, detail=refused)
             if not req.query.strip():
                 raise HTTPException(status_code=422, detail="query: must not be blank")
             if req.corpus not in (None, cfg.corpus.name):
@@ -108,7 +131,7 @@ def create_app(cfg, index):
                     "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
                     "reason": res.reason, "timings_ms": res.timings_ms,
                     "index": {"corpus": cfg.corpus.name, "chunks": len(index.chunks),
-                              "corpus_fingerprint": index.corpus_fingerprint}}
+                              "corpus_fingerprint": index.corpus_fingerprint, **index_info()}}
         except HTTPException as exc:
             entry.update(failure_stage="validate", status=exc.status_code)
             raise
@@ -129,8 +152,10 @@ def serve(host: str, port: int, overrides: list[str]) -> int:
     from rag.search_cli import _load
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg, index = _load(env_overrides() + overrides)
-    app = create_app(cfg, index)
+    cfg, index, manifest = _load(env_overrides() + overrides, strict=False)
+    if manifest.get("refused"):
+        log.error(json.dumps({"event": "index_refused", "reason": manifest["refused"]}))
+    app = create_app(cfg, index, manifest)
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
