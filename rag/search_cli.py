@@ -138,7 +138,8 @@ def index_command(args: Namespace) -> int:
         changes = s.get("files_changed")
         if changes is not None:
             print(f"files added {s.get('files_added')}, changed {changes}, "
-                  f"removed {s.get('files_removed')} since the previous build")
+                  f"removed {s.get('files_removed')} since the previous build; files re-chunked: "
+                  f"{s.get('files_rechunked')}")
     print(f"published build {manifest['build_id']} ({manifest['embedder_id'].split('|')[0]}, "
           f"dim {manifest['dim']})")
     return 0

@@ -212,6 +212,9 @@ def test_chunk_store_skips_reading_an_unchanged_corpus(tmp_path, fixture_repo):
     third = build_index(fixture_repo, **kw)
     assert third.stats["corpus_read"] == 1
     assert "Shipping" in {c.symbol for c in third.chunks}
+    # only the changed file was chunked again; the others kept their chunks
+    assert third.stats["files_rechunked"] == 1 and third.stats["files_changed"] == 1
+    assert third.stats["files_added"] == 0 and third.stats["files_removed"] == 0
     assert third.corpus_fingerprint != first.corpus_fingerprint
     # other chunker settings are a different store
     fourth = build_index(fixture_repo, **{**kw, "window_lines": 30})

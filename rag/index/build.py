@@ -115,23 +115,29 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
             raise EmptyCorpusError(
                 f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
         t_walk = time.perf_counter()
+        shas = {d.path: hashlib.sha256(d.text.encode()).hexdigest() for d in docs}
+        before = store.previous_build(spath) if chunk_store is not None else None
         chunks = []
+        rechunked = 0
         for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
+            if before is not None and before[0].get(doc.path) == shas[doc.path]:
+                chunks.extend(before[1].get(doc.path, []))  # unchanged: its chunks as they were
+                continue
+            rechunked += 1
             chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap))
         chunks.sort(key=lambda c: c.id)
         if not chunks:
             raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
         walk_stats, corpus_fp = walk.as_dict(), corpus_fingerprint(docs)
+        walk_stats = {**walk_stats, "files_rechunked": rechunked}
         if chunk_store is not None:
-            files = {d.path: hashlib.sha256(d.text.encode()).hexdigest() for d in docs}
-            before = store.previous_files(spath)
             if before is not None:  # what changed since the previous build of this corpus
-                walk_stats = {**walk_stats,
-                              "files_added": len(files.keys() - before.keys()),
-                              "files_removed": len(before.keys() - files.keys()),
-                              "files_changed": sum(1 for p, h in files.items()
-                                                   if p in before and before[p] != h)}
-            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, files)
+                prev = before[0]
+                walk_stats.update(
+                    files_added=len(shas.keys() - prev.keys()),
+                    files_removed=len(prev.keys() - shas.keys()),
+                    files_changed=sum(1 for p, h in shas.items() if p in prev and prev[p] != h))
+            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, shas)
     t_chunk = time.perf_counter()
     texts = [c.indexed_text for c in chunks]
     bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)

@@ -65,11 +65,18 @@ def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str
         return None
 
 
-def previous_files(path: Path) -> dict[str, str] | None:
-    """path -> SHA-256 of the text of every file in the stored (possibly outdated) build."""
+def previous_build(path: Path) -> tuple[dict[str, str], dict[str, list[Chunk]]] | None:
+    """(path -> text SHA-256, path -> chunks) of the stored, possibly outdated, build; None if
+    there is none or it cannot be read. Lets a rebuild re-chunk only the files that changed."""
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != STORE_VERSION:
+            return None
+        by_path: dict[str, list[Chunk]] = {}
+        for c in data["chunks"]:
+            by_path.setdefault(c["path"], []).append(Chunk(**c))
+        return data.get("files") or {}, by_path
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
