@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     p_search.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                           help="any other config override, e.g. abstain.min_dense=0.2")
     p_index = sub.add_parser("index", help="build or update the index of a corpus and say what changed")
-    p_index.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
+    where = p_index.add_mutually_exclusive_group()
+    where.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
+    where.add_argument("--corpus", default=None, metavar="NAME",
+                       help="a corpus config from conf/corpus/ (default: flask)")
     p_index.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     p_serve = sub.add_parser("serve", help="serve POST /search and GET /health over HTTP")
     p_serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")

@@ -124,6 +124,8 @@ def search_command(args: Namespace) -> int:
 def index_command(args: Namespace) -> int:
     """Build or update the index of a corpus and print what was (re)done."""
     overrides = list(args.overrides)
+    if getattr(args, "corpus", None):
+        overrides.append(f"corpus={args.corpus}")
     if args.path:
         path = Path(args.path).expanduser().resolve()
         overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
