@@ -140,6 +140,8 @@ class EvalConfig:
     ndcg_k: int = 10
     # Ranked list depth scored for Recall@k (>= max(recall_ks)).
     depth: int = 40
+    # "expected": search each golden query with its own `types` filter (the filters sweep)
+    filter: str = "none"
 
 
 @dataclass
@@ -256,6 +258,8 @@ def validate(cfg: DictConfig) -> None:
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
             f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
         )
+    if cfg.eval.filter not in ("none", "expected"):
+        raise ValueError(f"eval.filter must be 'none' or 'expected', got {cfg.eval.filter!r}")
     ks = list(cfg.eval.recall_ks)
     if not ks or any(k < 1 for k in ks):
         raise ValueError(f"eval.recall_ks must be a non-empty list of integers >= 1, got {ks}")

@@ -273,7 +273,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         raise RunError(str(exc)) from exc
     pipeline = SearchPipeline(index, SearchOptions.from_config(cfg))
     result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
-                      ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth)
+                      ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
+                      use_expected_types=cfg.eval.filter == "expected")
     metrics = dict(result.metrics)
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
               "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",

@@ -123,3 +123,28 @@ def test_rag_search_cli_json(fixture_repo, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rag", "search", "x", "-r", str(tmp_path / "nope")],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode != 0 and "is not a directory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_expected_type_filters_and_their_false_negative_rate(index, fixture_golden):
+    from rag.eval.evaluate import evaluate
+    from rag.eval.golden import load_golden
+
+    q = fixture_golden / "queries.yaml"
+    text = q.read_text()
+    # voucher -> [source] keeps its answer (cart.py); deploy -> [source] hides docs/guide.md
+    text = text.replace("    tags: [prose]\n", "    tags: [prose]\n    types: [source]\n")
+    text = text.replace("    tags: [prose, docs]\n", "    tags: [prose, docs]\n    types: [source]\n")
+    q.write_text(text)
+    golden = load_golden(fixture_golden)
+    assert [g.types for g in golden.positives] == [(), ("source",), ("source",)]
+    p = SearchPipeline(index, SearchOptions(min_dense=0.0, weak_dense=0.0))
+    res = evaluate(p, golden, recall_ks=[1, 8], ndcg_k=10, depth=8, progress=False,
+                   use_expected_types=True)
+    # 2 queries carry types; the deploy query's only relevant doc is documentation: 1/2
+    assert res.metrics["filtered_queries"] == 2.0
+    assert res.metrics["filter_false_negative_rate"] == 0.5
+    deploy = next(r for r in res.per_query if r["query_id"] == "prose-deploy")
+    assert deploy["recall_at_8"] == 0.0  # the filter hid it, so nothing relevant came back
+    unfiltered = evaluate(p, golden, recall_ks=[1, 8], ndcg_k=10, depth=8, progress=False)
+    assert "filter_false_negative_rate" not in unfiltered.metrics
+    assert next(r for r in unfiltered.per_query if r["query_id"] == "prose-deploy")["recall_at_8"] == 1.0

@@ -55,8 +55,13 @@ def collapse(hits: Sequence[Hit], query: GoldenQuery | None) -> dict[str, float]
 
 
 def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence[int],
-             ndcg_k: int, depth: int, progress: bool = True) -> EvalResult:
+             ndcg_k: int, depth: int, progress: bool = True,
+             use_expected_types: bool = False) -> EvalResult:
     """Evaluate ``pipeline`` on ``golden``.
+
+    With ``use_expected_types`` each positive that has ``types`` is searched with that type
+    filter; ``filter_false_negative_rate`` is the share of those queries whose filter excludes
+    the category of every relevant document (the filter hid the answer).
 
     ``abstain_rate`` = share of negatives with no hit or a ``weak_match`` result;
     ``false_weak_rate`` = share of positives with no hit (dropped by the floor, or an empty
@@ -79,8 +84,17 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     chunk_text = {c.id: c.text for c in pipeline.index.chunks}
     items: list[tuple[str, Any]] = [("positive", q) for q in golden.positives] + \
         [("negative", q) for q in golden.negatives]
+    category = {c.path: c.category for c in pipeline.index.chunks}
+    filtered = {}
     for kind, q in tqdm(items, desc="evaluating", unit="query", disable=not progress):
-        res = pipeline.search(q.query, depth=depth)
+        if use_expected_types and kind == "positive" and q.types:
+            from dataclasses import replace
+
+            res = SearchPipeline(pipeline.index, replace(pipeline.options, types=q.types)).search(
+                q.query, depth=depth)
+            filtered[q.id] = not any(category.get(lab.path) in q.types for lab in q.relevant)
+        else:
+            res = pipeline.search(q.query, depth=depth)
         for s, v in res.timings_ms.items():
             timings[s].append(v)
         top_dense = res.top_dense
@@ -132,6 +146,10 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
     if rows and "context_tokens" in rows[0]:
         metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
+    if use_expected_types:
+        metrics["filtered_queries"] = float(len(filtered))
+        metrics["filter_false_negative_rate"] = (sum(filtered.values()) / len(filtered)
+                                                 if filtered else 0.0)
     metrics["n_positives"] = float(len(pos_rows))
     metrics["n_negatives"] = float(len(neg_rows))
     metrics["false_weak_rate"] = (sum(r["false_weak"] for r in pos_rows) / len(pos_rows)

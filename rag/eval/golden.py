@@ -17,6 +17,8 @@ import yaml
 QUERIES_FILE = "queries.yaml"
 NEGATIVES_FILE = "negatives.yaml"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+TYPE_NAMES = ("source", "test", "documentation", "example", "config", "other", "issue",
+              "pull_request", "cli_help")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
@@ -52,6 +54,8 @@ class GoldenQuery:
     tags: tuple[str, ...]
     relevant: tuple[Label, ...]
     line: int = 0
+    # categories a caller would filter this query by, a priori (the filters sweep)
+    types: tuple[str, ...] = ()
 
     @property
     def qrels(self) -> dict[str, int]:
@@ -207,7 +211,7 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 problems.append(f"{qpath}: every entry of 'queries' must be a mapping")
                 continue
             where = f"{qpath}:{item.get('__line__', '?')}"
-            extra = set(item) - {"id", "query", "tags", "relevant", "note", "__line__"}
+            extra = set(item) - {"id", "query", "tags", "types", "relevant", "note", "__line__"}
             if extra:
                 problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             qid = item.get("id")
@@ -245,8 +249,13 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             if len({lab.doc_key for lab in labels}) != len(labels):
                 problems.append(f"{where}: query {qid!r} repeats a label")
             tags = _tags(item.get("tags"), where, problems)
+            types = item.get("types") or []
+            if not isinstance(types, list) or not set(types) <= set(TYPE_NAMES):
+                problems.append(f"{where}: query {qid!r}: types must be a list of {list(TYPE_NAMES)}")
+                types = []
             if ok:
                 positives.append(GoldenQuery(id=qid, query=item["query"].strip(), tags=tags,
+                                             types=tuple(types),
                                              relevant=tuple(labels),
                                              line=item.get("__line__", 0)))
     if ndata is not None:

@@ -131,10 +131,10 @@ def render_sweep(name: str, rows: list[LedgerRow],
                     "covers only the rows shown.", ""]
         head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
                 "Δanswer support"]
-        extra = [c for c in ("context_chars_mean", "context_tokens_mean")
-                 if any(c in r.metrics for r in srows)]
-        head += [{"context_chars_mean": "context chars", "context_tokens_mean": "context tokens"}[c]
-                 for c in extra]
+        names = {"context_chars_mean": "context chars", "context_tokens_mean": "context tokens",
+                 "filter_false_negative_rate": "filter false negatives"}
+        extra = [c for c in names if any(c in r.metrics for r in srows)]
+        head += [names[c] for c in extra]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in srows:
             h = holm.get(r.run_id, {})
@@ -143,7 +143,8 @@ def render_sweep(name: str, rows: list[LedgerRow],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
-                     *[f"{r.metrics[c]:.0f}" if c in r.metrics else "—" for c in extra]]
+                     *[(f"{r.metrics[c]:.3f}" if c.endswith("_rate") else f"{r.metrics[c]:.0f}")
+                       if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
         out += render_calibration(base or srows[-1], "the baseline" if base else "the newest row")
