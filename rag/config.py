@@ -117,9 +117,13 @@ class FusionConfig:
 
 @dataclass
 class RerankConfig:
-    """Second stage; off by default (the rerank issue fills it in)."""
+    """Second stage over the top ``search.candidates`` chunks; off by default.
+
+    ``kind: late_interaction`` is MaxSim over the embedder's token embeddings (no training).
+    """
 
     enabled: bool = False
+    kind: str = "late_interaction"
 
 
 @dataclass
@@ -258,6 +262,8 @@ def validate(cfg: DictConfig) -> None:
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
             f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
         )
+    if cfg.rerank.enabled and cfg.rerank.kind != "late_interaction":
+        raise ValueError(f"rerank.kind={cfg.rerank.kind!r} is not available; use late_interaction")
     if cfg.eval.filter not in ("none", "expected"):
         raise ValueError(f"eval.filter must be 'none' or 'expected', got {cfg.eval.filter!r}")
     ks = list(cfg.eval.recall_ks)

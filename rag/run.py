@@ -117,6 +117,18 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
     return index
 
 
+def get_reranker(cfg: DictConfig, embedder):
+    """The configured second stage, or None."""
+    if not cfg.rerank.enabled:
+        return None
+    from rag.index.dense import SentenceTransformerEmbedder
+    from rag.search.rerank import LateInteractionReranker
+
+    if not isinstance(embedder, SentenceTransformerEmbedder):
+        raise RunError("rerank.kind=late_interaction needs a transformer embedder (embedder=minilm)")
+    return LateInteractionReranker(embedder, expand_path(cfg.paths.cache_dir) / "token_embeddings")
+
+
 def per_query_csv(rows: list[dict[str, Any]]) -> str:
     """The per-query table as CSV (union of columns, in first-seen order)."""
     cols: list[str] = []
@@ -271,7 +283,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols)
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
-    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg))
+    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg), reranker=get_reranker(cfg, embedder))
     result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
                       use_expected_types=cfg.eval.filter == "expected")

@@ -18,7 +18,7 @@ from rag.search.abstain import band
 from rag.search.fusion import rrf
 from rag.search.route import route
 
-STAGES = ("route", "embed_query", "dense", "bm25", "fusion", "abstain")
+STAGES = ("route", "embed_query", "dense", "bm25", "fusion", "rerank", "abstain")
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,10 @@ class SearchResult:
 class SearchPipeline:
     """Runs one query through the configured stages over an :class:`Index`."""
 
-    def __init__(self, index: Index, options: SearchOptions) -> None:
+    def __init__(self, index: Index, options: SearchOptions, reranker=None) -> None:
         self.index = index
         self.options = options
+        self.reranker = reranker
 
     def search(self, query: str, *, depth: int | None = None) -> SearchResult:
         """Search one query.
@@ -168,6 +169,19 @@ class SearchPipeline:
         else:
             order = bm25_rank
 
+        rerank_scores: dict[int, float] | None = None
+        if self.reranker is not None and order:
+            # rerank the top `candidates`; the rest keeps its order below them
+            t0 = time.perf_counter()
+            head = order[:o.candidates]
+            scored = self.reranker.score(query, [self.index.chunks[i] for i, _ in head])
+            rerank_scores = {i: float(s) for (i, _), s in zip(head, scored)}
+            reranked = sorted(rerank_scores.items(), key=lambda kv: (-kv[1], kv[0]))
+            floor = min(rerank_scores.values())
+            order = reranked + [(i, floor - 1.0 - n * 1e-6)
+                                for n, (i, _) in enumerate(order[o.candidates:])]
+            t["rerank"] = time.perf_counter() - t0
+
         t0 = time.perf_counter()
         top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
         if top_dense is not None and not np.isfinite(top_dense):
@@ -183,7 +197,8 @@ class SearchPipeline:
                     cut = n + 1
                     break
             cut = max(cut, o.top_k)
-        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores) for i, s in order[:cut]]
+        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores, rerank_scores)
+                  for i, s in order[:cut]]
         dropped = 0
         if decision.drop:
             dropped = min(len(ranked), o.top_k)
@@ -194,7 +209,8 @@ class SearchPipeline:
         return SearchResult(hits=ranked[:o.top_k], ranked=ranked, route=eff, top_dense=top_dense,
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings)
 
-    def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores) -> Hit:
+    def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores,
+             rerank_scores=None) -> Hit:
         """A hit with every channel's score for chunk ``i``: None where the channel did not
         run, BM25 None where it gave 0 (no query term in the chunk), RRF None outside hybrid
         or for a chunk outside both fused pools."""
@@ -207,4 +223,5 @@ class SearchPipeline:
                 "bm25": (float(bm25_scores[i]) if bm25_scores is not None and bm25_scores[i] > 0
                          else None),
                 "rrf": (rrf_scores.get(i) if rrf_scores is not None else None),
+                "rerank": (rerank_scores.get(i) if rerank_scores is not None else None),
             })

@@ -1,0 +1,46 @@
+"""Late-interaction reranking: MaxSim by hand, and the stage in the pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rag.search.rerank import maxsim
+
+
+def test_maxsim_by_hand():
+    q = np.array([[1.0, 0.0], [0.0, 2.0]])            # normalised: (1,0), (0,1)
+    d = np.array([[3.0, 0.0], [1.0, 1.0]])            # normalised: (1,0), (.7071,.7071)
+    # token 1: max(1, .7071) = 1; token 2: max(0, .7071) = .7071; mean = .85355
+    assert maxsim(q, d) == pytest.approx((1 + 2 ** -0.5) / 2)
+    assert maxsim(q, d[:0]) == 0.0 and maxsim(q[:0], d) == 0.0
+    # order of document tokens does not matter; a document equal to the query scores 1
+    assert maxsim(q, d[::-1]) == pytest.approx(maxsim(q, d))
+    assert maxsim(q, q) == pytest.approx(1.0)
+
+
+def test_late_interaction_reranks_the_candidate_pool(fixture_repo, embedder, tmp_path):
+    from rag.index.build import build_index
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+    from rag.search.rerank import LateInteractionReranker
+
+    index = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    rr = LateInteractionReranker(embedder, tmp_path / "tok")
+    opts = SearchOptions(mode="dense", top_k=3, candidates=4, min_dense=0.0, weak_dense=0.0)
+    plain = SearchPipeline(index, opts).search("send money back for a cancelled order", depth=10)
+    res = SearchPipeline(index, opts, reranker=rr).search("send money back for a cancelled order",
+                                                          depth=10)
+    head = res.ranked[:4]
+    # the reranked head is the dense top-4, sorted by MaxSim; the tail keeps the dense order
+    assert {h.chunk_id for h in head} == {h.chunk_id for h in plain.ranked[:4]}
+    assert [h.scores["rerank"] for h in head] == sorted((h.scores["rerank"] for h in head), reverse=True)
+    assert [h.chunk_id for h in res.ranked[4:]] == [h.chunk_id for h in plain.ranked[4:len(res.ranked)]]
+    assert all(h.scores["rerank"] is None for h in res.ranked[4:])
+    chunk = next(c for c in index.chunks if c.id == head[0].chunk_id)
+    qtok = rr._encode(["send money back for a cancelled order"])[0]
+    assert head[0].scores["rerank"] == pytest.approx(maxsim(qtok, rr.token_embeddings([chunk])[0]), abs=2e-3)
+    assert "rerank" in res.timings_ms
+    # token embeddings are cached: a second reranker on the same cache computes nothing
+    again = LateInteractionReranker(embedder, tmp_path / "tok")
+    again._encode = None  # would fail if called for chunks
+    assert len(again.token_embeddings([chunk])) == 1
