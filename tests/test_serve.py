@@ -62,6 +62,9 @@ def test_search_with_overrides_and_validation(client, caplog):
     assert any(line.get("query_chars") == len(marker) for line in lines)
     assert "quokka" not in caplog.text
     assert client.get("/health").json()["status"] == "ok"
+    rr = client.post("/search", json={"query": "refund money", "rerank": True, "mode": "dense",
+                                      "min_dense": 0.0, "weak_dense": 0.0})
+    assert rr.status_code == 200 and rr.json()["hits"][0]["scores"]["rerank"] is not None
 
 
 def _free_port() -> int:

@@ -78,6 +78,22 @@ def create_app(cfg, index, manifest: dict | None = None):
     defaults = SearchOptions.from_config(cfg)
     app = FastAPI(title="rag", description="Retrieval over a code repository.")
 
+    rerankers: list = []
+
+    def get_reranker():
+        """The late-interaction reranker, created on first use (needs a transformer embedder)."""
+        if not rerankers:
+            from rag.config import expand_path
+            from rag.index.dense import SentenceTransformerEmbedder
+            from rag.search.rerank import LateInteractionReranker
+
+            if index is None or not isinstance(getattr(index.dense, "embedder", None),
+                                               SentenceTransformerEmbedder):
+                raise ValueError("late interaction needs a transformer embedder (embedder=minilm)")
+            rerankers.append(LateInteractionReranker(
+                index.dense.embedder, expand_path(cfg.paths.cache_dir) / "token_embeddings"))
+        return rerankers[0]
+
     def index_info() -> dict:
         if "built_at" not in manifest:
             return {"version": None, "built_at": None, "age_s": None, "stale": None}
@@ -109,8 +125,13 @@ def create_app(cfg, index, manifest: dict | None = None):
             if req.corpus not in (None, cfg.corpus.name):
                 raise HTTPException(status_code=404, detail=f"corpus {req.corpus!r} is not served "
                                                             f"here (this service: {cfg.corpus.name!r})")
-            if req.rerank:
-                raise HTTPException(status_code=422, detail="rerank: no rerank stage is available yet")
+            use_rerank = cfg.rerank.enabled if req.rerank is None else req.rerank
+            reranker = None
+            if use_rerank:
+                try:
+                    reranker = get_reranker()
+                except ValueError as exc:
+                    raise HTTPException(status_code=422, detail=f"rerank: {exc}") from None
             opts = SearchOptions(**{**defaults.__dict__, **{
                 k: v for k, v in {"mode": req.mode, "prose_mode": req.prose_mode,
                                   "top_k": req.top_k, "candidates": req.candidates,
@@ -121,8 +142,9 @@ def create_app(cfg, index, manifest: dict | None = None):
                 raise HTTPException(status_code=422, detail="min_dense must be <= weak_dense")
             if opts.candidates < opts.top_k:
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
-            entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types))
-            res = SearchPipeline(index, opts).search(req.query)
+            entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),
+                         rerank=bool(reranker))
+            res = SearchPipeline(index, opts, reranker=reranker).search(req.query)
             entry.update(route=res.route, dropped=res.dropped, weak_match=res.weak_match,
                          hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
                                for h in res.hits],
