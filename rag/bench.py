@@ -13,23 +13,12 @@ import argparse
 import json
 import os
 import platform
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _post(url: str, query: str) -> tuple[float, int]:
@@ -54,31 +43,17 @@ def bench_serve(queries: list[str], *, requests: int, concurrency: int,
     time (cycling through ``queries``), stop it, and measure the same queries in process."""
     from rag.search.pipeline import SearchOptions, SearchPipeline
     from rag.search_cli import _load
+    from rag.serve import process
 
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rag", "serve", "--port", str(port), *overrides],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = process.start(overrides)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("rag serve did not start")
-                time.sleep(0.5)
         work = [queries[i % len(queries)] for i in range(requests)]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             results = list(pool.map(lambda q: _post(f"{base}/search", q), work))
         wall = time.perf_counter() - t0
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        process.stop(proc)
     lat = np.array([r[0] for r in results])
     errors = sum(1 for _, status in results if status != 200)
     cfg, index, _ = _load(overrides)

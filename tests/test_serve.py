@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -67,31 +61,13 @@ def test_search_with_overrides_and_validation(client, caplog):
     assert rr.status_code == 200 and rr.json()["hits"][0]["scores"]["rerank"] is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAG_CACHE_DIR": str(tmp_path / "cache"),
-           "RAG_TOP_K": "3", "RAG_SEARCH_MODE": "bm25"}
-    proc = subprocess.Popen([sys.executable, "-m", "rag", "serve", "--port", str(port),
-                             f"corpus.path={fixture_repo}", "corpus.name=shop"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    from rag.serve import process
+
+    proc, base = process.start([f"corpus.path={fixture_repo}", "corpus.name=shop"], capture=True,
+                               env={"RAG_CACHE_DIR": str(tmp_path / "cache"), "RAG_TOP_K": "3",
+                                    "RAG_SEARCH_MODE": "bm25"})
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"rag serve did not start: {proc.stdout.read()[-2000:]}")
-                time.sleep(0.5)
         req = urllib.request.Request(f"{base}/search", method="POST",
                                      data=json.dumps({"query": "zebra refund_order"}).encode(),
                                      headers={"Content-Type": "application/json"})
@@ -106,8 +82,7 @@ def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
             urllib.request.urlopen(bad, timeout=30)
         assert err.value.code == 422
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out = process.stop(proc)
     assert '"query_chars": 18' in out
     assert "zebra" not in out
 
