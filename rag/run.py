@@ -81,7 +81,7 @@ def get_embedder(cfg: DictConfig):
 
 def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
     """Build (or reuse, within this process) the index of ``root``."""
-    from rag.index.build import EmptyCorpusError, build_index, corpus_fingerprint  # noqa: F401
+    from rag.index.build import EmptyCorpusError, build_index
 
     c, b = cfg.corpus, cfg.bm25
     backend = str(getattr(b.backend, "value", b.backend))

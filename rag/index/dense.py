@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
-import json
 import os
 import re
 import sqlite3
@@ -293,19 +292,14 @@ class DenseChannel:
         return [(int(i), float(scores[i])) for i in chosen]
 
 
-def model_card(embedder: Embedder) -> str:
-    """JSON description of the embedder for manifests and tags."""
-    return json.dumps({"model_id": embedder.model_id, "dim": embedder.dim,
-                       "max_seq_length": embedder.max_seq_length})
-
-
 class Model2VecEmbedder:
     """A static (model2vec) embedder distilled offline from a local sentence-transformers model.
 
     The first use distils the source model (token embeddings of the whole vocabulary, PCA to
     ``pca_dims``, Zipf weighting; https://github.com/MinishLab/model2vec) into
     ``cache_dir/models/<id>`` and later uses load it from there. Embedding is a mean of token
-    vectors: ~100× faster than the transformer, at lower quality.
+    vectors; on Flask it embedded 1,572 chunks in 2.3 s against 108.8 s for MiniLM
+    (experiments/embedder.md).
 
     Raises:
         ModelNotFoundError: the source model is missing.

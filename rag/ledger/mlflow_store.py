@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 PARAM_MAX_CHARS = 500
-ARTIFACTS = ("config.yaml", "per_query.csv", "calibration.json", "run.trec")
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -29,9 +29,6 @@ from rag.eval.significance import holm, paired_randomization
 
 SWEEP_FILE = "sweep.json"
 BASELINE_FAILED_FILE = "baseline_failed"
-# per-query columns of per_query.csv compared against the baseline (positives only); every
-# recall_at_k and ndcg_at_k column present is compared too
-SIGNIFICANCE_METRICS = ("mrr", "recall_at_8", "ndcg_at_10", "answer_support")
 
 
 def significance_columns(df: pd.DataFrame) -> tuple[str, ...]:
