@@ -53,7 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p_serve.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="config overrides (the RAG_* environment flags also apply)")
+    from rag.reranker_cli import add_parser as add_reranker_parser
+
+    add_reranker_parser(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.command == "reranker":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rag.reranker_cli import run as reranker_run
+
+        return reranker_run(args)
     if args.command == "serve":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

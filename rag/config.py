@@ -115,15 +115,61 @@ class FusionConfig:
     rrf_k: int = 60
 
 
+class RerankKind(str, Enum):
+    """Second-stage scorer."""
+
+    late_interaction = "late_interaction"
+    cross_encoder = "cross_encoder"
+
+
+@dataclass
+class RerankTrainConfig:
+    """How ``rag reranker train`` fine-tunes the default cross-encoder (rag/search/rerank_training.py).
+
+    ``source`` is the training corpus: ``stdlib`` (the Python standard library that ships with
+    the interpreter, disjoint from every evaluation corpus) or a directory of Python files.
+    ``pairs`` counts training pairs (half positives, half BM25 hard negatives); ``held_out``
+    counts held-out pairs (same split, from other files) for the AUC on the card.
+    """
+
+    source: str = "stdlib"
+    pairs: int = 2000
+    held_out: int = 400
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 5e-5
+    max_length: int = 128
+    seed: int = 0
+
+
 @dataclass
 class RerankConfig:
-    """Second stage over the top ``search.candidates`` chunks; off by default.
+    """Second stage: the top ``candidates`` chunks of the first stage are re-scored and
+    re-ordered, the rest keep their order below them; off by default.
 
-    ``kind: late_interaction`` is MaxSim over the embedder's token embeddings (no training).
+    ``kind: late_interaction`` is MaxSim over the embedder's token embeddings (no training);
+    its score is a mean cosine in [-1, 1]. ``kind: cross_encoder`` is a sentence-transformers
+    CrossEncoder: ``model`` is a local path or a published model name (null: the reranker
+    ``rag reranker train`` writes into the cache, trained on first use); its raw output is a
+    logit, and the score used and recorded is ``sigmoid(logit)``, a probability.
+
+    ``min_score`` / ``weak_score`` gate abstention on the top rerank score instead of the top
+    dense cosine (null: the dense bands apply). They are in the reranker's own units, so each
+    scorer keeps its own thresholds (conf/rerank/<kind>.yaml). ``gate_thresholds`` are
+    thresholds only evaluated, not applied: each adds ``rerank_gate/<t>/abstain_rate`` and
+    ``.../false_weak_rate`` to the ledger row (as if ``weak_score`` were ``t``).
     """
 
     enabled: bool = False
-    kind: str = "late_interaction"
+    kind: RerankKind = RerankKind.late_interaction
+    model: Optional[str] = None
+    candidates: int = 40
+    batch_size: int = 32
+    max_length: int = 256
+    min_score: Optional[float] = None
+    weak_score: Optional[float] = None
+    gate_thresholds: list[float] = field(default_factory=list)
+    train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
 
 
 @dataclass
@@ -262,8 +308,18 @@ def validate(cfg: DictConfig) -> None:
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
             f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
         )
-    if cfg.rerank.enabled and cfg.rerank.kind != "late_interaction":
-        raise ValueError(f"rerank.kind={cfg.rerank.kind!r} is not available; use late_interaction")
+    r = cfg.rerank
+    if r.candidates < cfg.search.top_k:
+        raise ValueError(f"rerank.candidates ({r.candidates}) must be >= search.top_k ({cfg.search.top_k})")
+    if r.batch_size < 1 or r.max_length < 8:
+        raise ValueError(f"need rerank.batch_size >= 1 and rerank.max_length >= 8, got "
+                         f"{r.batch_size}, {r.max_length}")
+    if (r.min_score is not None and r.weak_score is not None and r.min_score > r.weak_score):
+        raise ValueError(f"need rerank.min_score <= rerank.weak_score, got {r.min_score} > {r.weak_score}")
+    t = r.train
+    if t.pairs < 2 or t.held_out < 2 or t.epochs < 1 or t.batch_size < 1 or t.lr <= 0:
+        raise ValueError("need rerank.train.pairs >= 2, held_out >= 2, epochs >= 1, batch_size >= 1, "
+                         f"lr > 0; got {t.pairs}, {t.held_out}, {t.epochs}, {t.batch_size}, {t.lr}")
     if cfg.eval.filter not in ("none", "expected"):
         raise ValueError(f"eval.filter must be 'none' or 'expected', got {cfg.eval.filter!r}")
     ks = list(cfg.eval.recall_ks)

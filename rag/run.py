@@ -117,16 +117,28 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
     return index
 
 
+_RERANKERS: dict[tuple, Any] = {}
+
+
 def get_reranker(cfg: DictConfig, embedder):
-    """The configured second stage, or None."""
+    """The configured second stage, or None; cached per process like the embedder (a sweep
+    loads the cross-encoder once). A cross-encoder with ``rerank.model: null`` is trained on
+    first use (see rag/search/rerank_training.py)."""
     if not cfg.rerank.enabled:
         return None
-    from rag.index.dense import SentenceTransformerEmbedder
-    from rag.search.rerank import LateInteractionReranker
+    from rag.search.rerank import RerankerError, build_reranker
+    from rag.search.rerank_training import TrainingDataError
 
-    if not isinstance(embedder, SentenceTransformerEmbedder):
-        raise RunError("rerank.kind=late_interaction needs a transformer embedder (embedder=minilm)")
-    return LateInteractionReranker(embedder, expand_path(cfg.paths.cache_dir) / "token_embeddings")
+    r = cfg.rerank
+    key = (str(r.kind), r.model, r.batch_size, r.max_length, id(embedder),
+           json.dumps(OmegaConf.to_container(r.train), sort_keys=True))
+    if key not in _RERANKERS:
+        try:
+            _RERANKERS[key] = build_reranker(cfg, embedder, expand_path(cfg.paths.cache_dir),
+                                             log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (RerankerError, TrainingDataError) as exc:
+            raise RunError(str(exc)) from exc
+    return _RERANKERS[key]
 
 
 def per_query_csv(rows: list[dict[str, Any]]) -> str:
@@ -155,7 +167,8 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
 
     print(f"\nledger row {run_id or '(tracking disabled: not logged)'}", file=out)
     print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
-          f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} rerank={cfg.rerank.enabled} "
+          f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
+          f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
           f"min_dense={cfg.abstain.min_dense} weak_dense={cfg.abstain.weak_dense}", file=out)
     print(f"  positives {int(p('n_positives'))}  negatives {int(p('n_negatives'))}", file=out)
     print("  " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
@@ -163,11 +176,19 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"  MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
           f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}", file=out)
     print(f"  answer_support@top_k {p('answer_support_rate'):.3f}  abstain_rate "
-          f"{p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}", file=out)
+          f"{p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  "
+          f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
+          f"{p('candidate_pool_recall'):.3f}", file=out)
+    gates = sorted({k.split("/")[1] for k in metrics if k.startswith("rerank_gate/")}, key=float)
+    if gates:
+        print("  rerank gate (evaluated, not applied): " + "  ".join(
+            f"< {t}: abstain {p(f'rerank_gate/{t}/abstain_rate'):.3f} false_weak "
+            f"{p(f'rerank_gate/{t}/false_weak_rate'):.3f}" for t in gates), file=out)
     print(f"  latency p50 {ms('latency_p50_ms')} ms  p95 {ms('latency_p95_ms')} ms over all "
           f"queries; per stage, over the queries that ran it: embed_query p50 "
           f"{ms('latency_embed_query_p50_ms')}, dense {ms('latency_dense_p50_ms', 2)}, bm25 "
-          f"{ms('latency_bm25_p50_ms', 2)}, fusion {ms('latency_fusion_p50_ms', 3)}", file=out)
+          f"{ms('latency_bm25_p50_ms', 2)}, fusion {ms('latency_fusion_p50_ms', 3)}, rerank "
+          f"{ms('latency_rerank_p50_ms')}", file=out)
     print(f"  calibration (dense channel, every query): positive_min_top_dense {p('calibration/positive_min_top_dense'):.3f}  "
           f"negative_max_top_dense {p('calibration/negative_max_top_dense'):.3f}  "
           f"suggested min_dense {p('calibration/suggested_min_dense'):.2f} "
@@ -283,10 +304,13 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols)
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
-    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg), reranker=get_reranker(cfg, embedder))
+    reranker = get_reranker(cfg, embedder)
+    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg), reranker=reranker)
     result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
-                      use_expected_types=cfg.eval.filter == "expected")
+                      use_expected_types=cfg.eval.filter == "expected",
+                      gate_thresholds=[float(x) for x in cfg.rerank.gate_thresholds]
+                      if reranker is not None else ())
     metrics = dict(result.metrics)
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
               "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",
@@ -323,6 +347,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "golden_fingerprint": golden.fingerprint,
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
+            **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
+               if reranker is not None else {}),
             "mlflow.source.git.commit": commit.removesuffix("-dirty"),
             **sweep_tags(cfg, ctx),
         }

@@ -8,6 +8,7 @@ run as a mapping ready for a TREC run file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
@@ -56,7 +57,8 @@ def collapse(hits: Sequence[Hit], query: GoldenQuery | None) -> dict[str, float]
 
 def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence[int],
              ndcg_k: int, depth: int, progress: bool = True,
-             use_expected_types: bool = False) -> EvalResult:
+             use_expected_types: bool = False,
+             gate_thresholds: Sequence[float] = ()) -> EvalResult:
     """Evaluate ``pipeline`` on ``golden``.
 
     With ``use_expected_types`` each positive that has ``types`` is searched with that type
@@ -72,6 +74,13 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     with a relevant doc among the ``top_k`` hits actually returned (after abstention); a positive whose result was dropped scores 0. Negatives only feed
     ``abstain_rate``. The top dense cosine used for calibration is measured with the dense
     channel for every query, whatever the route (outside the timed search).
+
+    ``candidate_pool_recall`` is the share of positives with a relevant doc among the first
+    stage's top ``rerank_candidates`` chunks (before any reranking): the most a reranker of
+    that pool could bring into the top k. For each ``gate_thresholds`` value t (reranker
+    runs only), ``rerank_gate/<t>/abstain_rate`` and ``rerank_gate/<t>/false_weak_rate`` are
+    the two rates above had abstention read the rerank score instead of the dense cosine:
+    a query is flagged when its top rerank score is < t or nothing was reranked.
 
     Returns:
         An :class:`EvalResult`.
@@ -104,6 +113,7 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             "query_id": q.id, "kind": kind, "query": q.query, "tags": ",".join(q.tags),
             "route": res.route, "top_dense": top_dense, "dropped": res.dropped,
             "weak_match": res.weak_match, "n_hits": len(res.hits),
+            "top_rerank": res.top_rerank,
             "latency_ms": res.timings_ms["total"],
             # prompt-size estimate: the text an LLM would be handed (the returned hits)
             "context_chars": sum(len(chunk_text[h.chunk_id]) for h in res.hits),
@@ -121,6 +131,8 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             # the seeds' answer-support rate: a relevant doc among the top_k hits returned
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
+            pool = {doc_key(SimpleNamespace(path=p, symbol=sym), q) for p, sym in res.candidates}
+            row["candidate_hit"] = float(any(q.qrels.get(d, 0) > 0 for d in pool))
             row.update(m)
         else:
             run[q.id] = collapse(res.ranked, None)
@@ -156,6 +168,19 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
                                   if pos_rows else 0.0)
     if neg_rows:
         metrics["abstain_rate"] = sum(r["abstained"] for r in neg_rows) / len(neg_rows)
+    if pos_rows:
+        metrics["candidate_pool_recall"] = sum(r["candidate_hit"] for r in pos_rows) / len(pos_rows)
+    if any(r["top_rerank"] is not None for r in rows):
+        def gated(r: dict[str, Any], t: float) -> bool:
+            return r["top_rerank"] is None or r["top_rerank"] < t
+
+        for t in gate_thresholds:
+            if neg_rows:
+                metrics[f"rerank_gate/{t:g}/abstain_rate"] = (
+                    sum(gated(r, t) for r in neg_rows) / len(neg_rows))
+            if pos_rows:
+                metrics[f"rerank_gate/{t:g}/false_weak_rate"] = (
+                    sum(gated(r, t) for r in pos_rows) / len(pos_rows))
     metrics["dropped_positives"] = float(sum(1 for r in pos_rows if r["dropped"]))
     metrics["dropped_negatives"] = float(sum(1 for r in neg_rows if r["dropped"]))
     for stage, vals in timings.items():

@@ -10,11 +10,12 @@ from typing import Any, Iterable
 BANNER = ("<!-- GENERATED FILE: written by `python -m rag.report` from the MLflow ledger. "
           "Do not edit by hand; re-run the command instead. -->")
 
-# (header, kind, key): kind "param" reads run params, "metric" run metrics.
+# (header, kind, key): kind "param" reads run params, "metric" run metrics, "rerank" the
+# reranker kind when rerank.enabled (else "off").
 COLUMNS: list[tuple[str, str, str]] = [
     ("mode", "param", "search.mode"),
     ("prose mode", "param", "search.prose_mode"),
-    ("rerank", "param", "rerank.enabled"),
+    ("rerank", "rerank", "rerank.kind"),
     ("Recall@8", "metric", "recall_at_8"),
     ("MRR", "metric", "mrr"),
     ("prose Recall@8", "metric", "prose/recall_at_8"),
@@ -61,7 +62,43 @@ def fmt(value: Any, key: str = "") -> str:
 
 
 def _cell(row: LedgerRow, kind: str, key: str) -> str:
+    if kind == "rerank":
+        if row.params.get("rerank.enabled") != "True":
+            return "off"
+        return row.params.get(key, "late_interaction")  # rows older than rerank.kind
     return fmt(row.params.get(key) if kind == "param" else row.metrics.get(key), key)
+
+
+def render_gates(rows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
+    """Abstention gated on the rerank score (evaluated thresholds) next to the baseline's
+    dense-cosine bands: abstain_rate over negatives, false_weak_rate over positives, and the
+    latency the reranker adds (its stage's p50). Empty when no row evaluated a gate."""
+    gated = [r for r in rows if any(k.startswith("rerank_gate/") for k in r.metrics)]
+    if not gated:
+        return []
+    n_neg = int((base or gated[0]).metrics.get("n_negatives", 0))
+    n_pos = int((base or gated[0]).metrics.get("n_positives", 0))
+    out = ["Abstention gate: the baseline's cosine bands against flagging a query when its top "
+           "rerank score is below t (evaluated on each reranker row, not applied to its ranking). "
+           "abstain = negatives flagged (higher is better), false_weak = positives flagged "
+           "(lower is better); added latency = the rerank stage's p50.", "",
+           f"| gate | abstain ({n_neg} negatives) | false_weak ({n_pos} positives) | added latency ms |",
+           "|---|---|---|---|"]
+    if base is not None:
+        out.append(f"| `{base.tags.get('sweep_job', base.run_name)}`: dense floor "
+                   f"{base.params.get('abstain.min_dense', '?')} + note "
+                   f"{base.params.get('abstain.weak_dense', '?')} | "
+                   f"{fmt(base.metrics.get('abstain_rate'))} | "
+                   f"{fmt(base.metrics.get('false_weak_rate'))} | 0 |")
+    for r in gated:
+        ts = sorted({k.split("/")[1] for k in r.metrics if k.startswith("rerank_gate/")}, key=float)
+        for t in ts:
+            out.append(f"| `{r.tags.get('sweep_job', r.run_name)}`: "
+                       f"{r.params.get('rerank.kind', 'rerank')} score < {t} | "
+                       f"{fmt(r.metrics.get(f'rerank_gate/{t}/abstain_rate'))} | "
+                       f"{fmt(r.metrics.get(f'rerank_gate/{t}/false_weak_rate'))} | "
+                       f"+{fmt(r.metrics.get('latency_rerank_p50_ms'), '_ms')} |")
+    return out + [""]
 
 
 def render_table(rows: list[LedgerRow]) -> list[str]:
@@ -132,7 +169,11 @@ def render_sweep(name: str, rows: list[LedgerRow],
         head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
                 "Δanswer support"]
         names = {"context_chars_mean": "context chars", "context_tokens_mean": "context tokens",
-                 "filter_false_negative_rate": "filter false negatives"}
+                 "filter_false_negative_rate": "filter false negatives",
+                 "candidate_pool_recall": "Recall@" + (base or srows[-1]).params.get(
+                     "rerank.candidates", "40") + " of the candidate pool"}
+        if name != "rerank":
+            names.pop("candidate_pool_recall")
         extra = [c for c in names if any(c in r.metrics for r in srows)]
         head += [names[c] for c in extra]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -143,10 +184,11 @@ def render_sweep(name: str, rows: list[LedgerRow],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
-                     *[(f"{r.metrics[c]:.3f}" if c.endswith("_rate") else f"{r.metrics[c]:.0f}")
+                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall")) else f"{r.metrics[c]:.0f}")
                        if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
+        out += render_gates(srows, base)
         out += render_calibration(base or srows[-1], "the baseline" if base else "the newest row")
         out += [""]
     return out

@@ -1,7 +1,7 @@
-"""The retrieval pipeline: route -> channels -> fusion -> abstention -> hits.
+"""The retrieval pipeline: route -> channels -> fusion -> rerank -> abstention -> hits.
 
-Every hit carries its per-channel scores (``dense``, ``bm25``, ``rrf``; None where a channel
-did not score it), so a result can be attributed to a channel.
+Every hit carries its per-stage scores (``dense``, ``bm25``, ``rrf``, ``rerank``; None where a
+stage did not score it), so a result can be attributed to a channel.
 """
 
 from __future__ import annotations
@@ -34,15 +34,30 @@ class SearchOptions:
     weak_dense: float = 0.55
     # document categories to search (empty: all); applied before scoring
     types: tuple[str, ...] = ()
+    # the first-stage chunks handed to the reranker (and whose paths give the pool recall)
+    rerank_candidates: int = 40
+    # abstention on the top rerank score instead of the dense cosine (None: not gated)
+    rerank_min: float | None = None
+    rerank_weak: float | None = None
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SearchOptions":
-        """Build from a composed config (``cfg.search``, ``cfg.fusion``, ``cfg.abstain``)."""
+        """Build from a composed config (``cfg.search``, ``cfg.fusion``, ``cfg.abstain``,
+        ``cfg.rerank``)."""
+        r = cfg.rerank
         return cls(mode=str(getattr(cfg.search.mode, "value", cfg.search.mode)),
                    prose_mode=str(getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)),
                    top_k=int(cfg.search.top_k), candidates=int(cfg.search.candidates),
                    rrf_k=int(cfg.fusion.rrf_k), min_dense=float(cfg.abstain.min_dense),
-                   weak_dense=float(cfg.abstain.weak_dense))
+                   weak_dense=float(cfg.abstain.weak_dense),
+                   rerank_candidates=int(r.candidates),
+                   rerank_min=None if r.min_score is None else float(r.min_score),
+                   rerank_weak=None if r.weak_score is None else float(r.weak_score))
+
+    @property
+    def rerank_gated(self) -> bool:
+        """Whether abstention reads the top rerank score (a rerank threshold is set)."""
+        return self.rerank_min is not None or self.rerank_weak is not None
 
 
 @dataclass
@@ -73,6 +88,9 @@ class SearchResult:
             when dropped.
         route: the effective mode (bm25, dense, hybrid).
         top_dense: the best dense cosine over the corpus, or None if dense did not run.
+        top_rerank: the best rerank score of the candidates, or None if no reranker ran.
+        candidates: (path, symbol) of the first stage's top ``rerank_candidates`` chunks,
+            before any reranking (the pool a reranker can reorder), best first.
         dropped: number of hits removed by the ``min_dense`` floor.
         weak_match: the top dense cosine fell in the weak band.
         timings_ms: wall time per stage (see :data:`STAGES`) and ``total``.
@@ -87,6 +105,8 @@ class SearchResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     # why nothing was returned, when an abstention was forced (e.g. an empty type filter)
     reason: str | None = None
+    top_rerank: float | None = None
+    candidates: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 class SearchPipeline:
@@ -169,24 +189,33 @@ class SearchPipeline:
         else:
             order = bm25_rank
 
+        candidates = [(self.index.chunks[i].path, self.index.chunks[i].symbol)
+                      for i, _ in order[:o.rerank_candidates]]
         rerank_scores: dict[int, float] | None = None
+        top_rerank = None
         if self.reranker is not None and order:
-            # rerank the top `candidates`; the rest keeps its order below them
+            # rerank the top `rerank_candidates`; the rest keeps its order below them
             t0 = time.perf_counter()
-            head = order[:o.candidates]
+            head = order[:o.rerank_candidates]
             scored = self.reranker.score(query, [self.index.chunks[i] for i, _ in head])
             rerank_scores = {i: float(s) for (i, _), s in zip(head, scored)}
             reranked = sorted(rerank_scores.items(), key=lambda kv: (-kv[1], kv[0]))
             floor = min(rerank_scores.values())
             order = reranked + [(i, floor - 1.0 - n * 1e-6)
-                                for n, (i, _) in enumerate(order[o.candidates:])]
+                                for n, (i, _) in enumerate(order[o.rerank_candidates:])]
+            top_rerank = reranked[0][1]
             t["rerank"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
         if top_dense is not None and not np.isfinite(top_dense):
             top_dense = None
-        decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
+        if o.rerank_gated and self.reranker is not None:
+            lo = o.rerank_min if o.rerank_min is not None else float("-inf")
+            decision = band(top_rerank, min_dense=lo,
+                            weak_dense=o.rerank_weak if o.rerank_weak is not None else lo)
+        else:
+            decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
         cut = o.top_k
         if want_paths:
             seen: set[str] = set()
@@ -207,7 +236,8 @@ class SearchPipeline:
         timings = {k: v * 1000.0 for k, v in t.items()}
         timings["total"] = (time.perf_counter() - t_start) * 1000.0
         return SearchResult(hits=ranked[:o.top_k], ranked=ranked, route=eff, top_dense=top_dense,
-                            dropped=dropped, weak_match=decision.weak_match, timings_ms=timings)
+                            dropped=dropped, weak_match=decision.weak_match, timings_ms=timings,
+                            top_rerank=top_rerank, candidates=candidates)
 
     def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores,
              rerank_scores=None) -> Hit:

@@ -4,6 +4,11 @@
   token embeddings, no training: ``score(q, d) = (1/|q|) * sum_i max_j cos(q_i, d_j)`` over the
   query's and the chunk's token vectors (Khattab & Zaharia, "ColBERT", SIGIR 2020). Chunk token
   embeddings are cached on disk by (model id, content hash), like the dense vectors.
+* :class:`CrossEncoderReranker` — a sentence-transformers ``CrossEncoder`` reads the query and
+  the chunk together (Nogueira & Cho, "Passage Re-ranking with BERT", 2019). Its head emits one
+  logit; the score used, recorded and thresholded is ``sigmoid(logit)``, a probability.
+
+:func:`build_reranker` makes either from the ``rerank`` config group.
 """
 
 from __future__ import annotations
@@ -15,10 +20,17 @@ from typing import Protocol, Sequence
 import numpy as np
 
 
+class RerankerError(RuntimeError):
+    """The configured reranker cannot be built (missing model, wrong embedder)."""
+
+
 class Reranker(Protocol):
-    """Scores (query, chunk) pairs; higher is better. ``kind`` names the scorer."""
+    """Scores (query, chunk) pairs; higher is better. ``kind`` names the scorer,
+    ``score_unit`` says what a score is, ``model_id`` identifies the weights."""
 
     kind: str
+    score_unit: str
+    model_id: str
 
     def score(self, query: str, chunks: Sequence) -> list[float]: ...
 
@@ -45,6 +57,7 @@ class LateInteractionReranker:
     """MaxSim over all-MiniLM-L6-v2 token embeddings (see module docstring)."""
 
     kind = "late_interaction"
+    score_unit = "maxsim: mean over query tokens of the best token cosine, in [-1, 1]"
 
     def __init__(self, embedder, cache_dir: Path) -> None:
         self.embedder = embedder
@@ -90,3 +103,111 @@ class LateInteractionReranker:
         """MaxSim score of ``query`` against each chunk."""
         qtok = self._encode([query])[0]
         return [maxsim(qtok, d) for d in self.token_embeddings(chunks)]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function ``1 / (1 + exp(-x))``, elementwise, overflow-safe (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    e = np.exp(x[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers ``CrossEncoder`` with a single-logit head.
+
+    ``predict`` is called with an identity activation so the model's raw logits come back
+    whatever activation its config names; :func:`sigmoid` is then applied here, explicitly:
+    ``score(q, d) = sigmoid(logit(q, d))`` in (0, 1). Pairs are truncated to ``max_length``
+    tokens (query first).
+
+    Args:
+        model: a local directory or a published model name (needs a reachable hub).
+        batch_size: pairs per forward pass.
+        max_length: tokens per (query, chunk) pair.
+
+    Raises:
+        RerankerError: the model cannot be loaded, or its head has more than one output.
+    """
+
+    kind = "cross_encoder"
+    score_unit = "probability: sigmoid(logit) of the cross-encoder's single output"
+
+    def __init__(self, model: str, *, batch_size: int = 32, max_length: int = 256,
+                 model_id: str | None = None) -> None:
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        from rag.index.dense import _quiet_transformers
+
+        _quiet_transformers()
+        try:
+            self.model = CrossEncoder(model, max_length=max_length, device="cpu")
+        except Exception as exc:  # OSError from a missing path, hub errors offline, bad configs
+            raise RerankerError(f"rerank.model={model!r}: cannot load a CrossEncoder ({exc})") from exc
+        if self.model.num_labels != 1:
+            raise RerankerError(f"rerank.model={model!r} has {self.model.num_labels} outputs; a "
+                                "reranker needs a single-logit head (num_labels=1)")
+        self._identity = torch.nn.Identity()
+        self.batch_size = batch_size
+        self.model_id = model_id or model
+
+    def logits(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """Raw logits, shape (len(texts),), float64."""
+        if not texts:
+            return np.zeros(0)
+        out = self.model.predict([(query, t) for t in texts], batch_size=self.batch_size,
+                                 activation_fn=self._identity, show_progress_bar=False,
+                                 convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+
+    def score(self, query: str, chunks: Sequence) -> list[float]:
+        """``sigmoid(logit)`` of ``query`` against each chunk's indexed text."""
+        return sigmoid(self.logits(query, [c.indexed_text for c in chunks])).tolist()
+
+
+def build_reranker(cfg, embedder, cache_dir: Path, *, train_if_missing: bool = True, log=None):
+    """The reranker the ``rerank`` config group names, or None when ``rerank.enabled`` is false.
+
+    ``cross_encoder`` with ``rerank.model: null`` uses the reranker ``rag reranker train``
+    writes under ``cache_dir/rerankers``; if it is not there and ``train_if_missing``, it is
+    trained now with ``rerank.train`` (minutes; progress to ``log``).
+
+    Raises:
+        RerankerError: late interaction without a transformer embedder; no trained model and
+            ``train_if_missing`` false; a model that cannot be loaded.
+    """
+    r = cfg.rerank
+    if not r.enabled:
+        return None
+    kind = str(getattr(r.kind, "value", r.kind))
+    if kind == "late_interaction":
+        from rag.index.dense import SentenceTransformerEmbedder
+
+        if not isinstance(embedder, SentenceTransformerEmbedder):
+            raise RerankerError("rerank.kind=late_interaction needs a transformer embedder "
+                                "(embedder=minilm)")
+        return LateInteractionReranker(embedder, cache_dir / "token_embeddings")
+    if r.model:
+        from rag.index.dense import _dir_fingerprint
+
+        path = Path(str(r.model)).expanduser()
+        model_id = (f"{path.resolve()}@{_dir_fingerprint(path.resolve())}" if path.is_dir()
+                    else str(r.model))
+        return CrossEncoderReranker(str(path) if path.is_dir() else str(r.model),
+                                    batch_size=r.batch_size, max_length=r.max_length,
+                                    model_id=model_id)
+    from rag.search import rerank_training as rt
+
+    out = rt.default_model_dir(cache_dir, r.train)
+    card = rt.read_card(out)
+    if card is None:
+        if not train_if_missing:
+            raise RerankerError(f"no trained reranker at {out}: run `rag reranker train` first "
+                                "(or set rerank.model to a CrossEncoder path or name)")
+        card = rt.train_reranker(rt.TrainSettings.from_config(r.train), out, log=log)
+    return CrossEncoderReranker(str(out), batch_size=r.batch_size, max_length=r.max_length,
+                                model_id=f"{out.name}@{card['model_fingerprint']}")

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Literal, Optional
 
+from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_QUERY_CHARS = 2000
@@ -81,17 +82,20 @@ def create_app(cfg, index, manifest: dict | None = None):
     rerankers: list = []
 
     def get_reranker():
-        """The late-interaction reranker, created on first use (needs a transformer embedder)."""
+        """The configured reranker (``rerank.kind``), created on first use. A cross-encoder
+        is never trained inside a request: without a model, ``rag reranker train`` is named."""
         if not rerankers:
             from rag.config import expand_path
-            from rag.index.dense import SentenceTransformerEmbedder
-            from rag.search.rerank import LateInteractionReranker
+            from rag.search.rerank import RerankerError, build_reranker
 
-            if index is None or not isinstance(getattr(index.dense, "embedder", None),
-                                               SentenceTransformerEmbedder):
-                raise ValueError("late interaction needs a transformer embedder (embedder=minilm)")
-            rerankers.append(LateInteractionReranker(
-                index.dense.embedder, expand_path(cfg.paths.cache_dir) / "token_embeddings"))
+            rcfg = cfg if cfg.rerank.enabled else OmegaConf.merge(cfg, {"rerank": {"enabled": True}})
+            try:
+                rerankers.append(build_reranker(rcfg, getattr(getattr(index, "dense", None),
+                                                              "embedder", None),
+                                                expand_path(cfg.paths.cache_dir),
+                                                train_if_missing=False))
+            except RerankerError as exc:
+                raise ValueError(str(exc)) from None
         return rerankers[0]
 
     def index_info() -> dict:
