@@ -87,14 +87,15 @@ def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
     assert "zebra" not in out
 
 
-def test_bench_smoke_on_fixture(fixture_repo, tmp_path, monkeypatch):
-    """The benchmark runs end to end on tiny inputs; no time is asserted."""
+def test_bench_serve_section_on_fixture(fixture_repo, tmp_path, monkeypatch):
+    """The benchmark's service section runs end to end on tiny inputs; no time is asserted."""
     from rag.bench import main
 
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "bench.md"
-    assert main(["--requests", "24", "--concurrency", "4", "--out", str(out),
-                 f"corpus.path={fixture_repo}", "corpus.name=shop"]) == 0
+    assert main(["--sections", "serve", "--requests", "24", "--concurrency", "4",
+                 "--out", str(out), f"corpus.path={fixture_repo}", "corpus.name=shop"]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["serve"]["requests"] == 24 and data["serve"]["errors"] == 0
+    assert data["serve"]["http"]["n"] == 24
     assert "Service over loopback" in out.read_text()

@@ -1,0 +1,141 @@
+"""Benchmark section 2: the dense channel's query latency next to its floor.
+
+At each size, ``n`` synthetic unit vectors of the embedder's dimension (float32, uniform
+directions drawn with a fixed seed) stand in for the chunk matrix. Per query:
+
+* **ours** — :meth:`DenseChannel.embed_query` (timed as *embedding*), then
+  :meth:`DenseChannel.scores` and :meth:`DenseChannel.top` with ``depth = search.candidates``
+  (timed together as *scoring*), the way :class:`rag.search.pipeline.SearchPipeline` runs a
+  dense route;
+* **floor** — the model's own ``SentenceTransformer.encode`` of that one query, timed in a
+  loop of encodes only, plus one matrix-vector product ``matrix @ q`` timed in a loop of
+  products only, with numpy's default BLAS threads (all cores), whatever our channel does.
+
+The floor is the sum of the two p50s; ``ratio = p50(ours) / floor``. The blocks (floor
+encodes, floor products, ours) alternate their order between passes.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from typing import Sequence
+
+import numpy as np
+
+from rag.bench.measure import progress, ratio, spread, summary
+
+
+def synthetic_matrix(n: int, dim: int, *, seed: int = 0, block: int = 65_536) -> np.ndarray:
+    """``n`` unit vectors of dimension ``dim``, float32, shape (n, dim), C-contiguous.
+
+    Gaussian entries normalised per row (uniform on the sphere), generated in blocks so the
+    float32 matrix (n * dim * 4 bytes: 1.5 GB at 1M x 384) is the only large allocation.
+    """
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        part = rng.standard_normal((b - a, dim), dtype=np.float32)
+        part /= np.linalg.norm(part, axis=1, keepdims=True)
+        out[a:b] = part
+    return out
+
+
+def bench_size(embedder, matrix: np.ndarray, queries: Sequence[str], *, depth: int,
+               passes: int) -> dict:
+    """Ours and the floor at one matrix size (see the module docstring).
+
+    Returns:
+        JSON-ready dict with ``ours_embed``, ``ours_scoring``, ``ours_total``,
+        ``floor_embed``, ``floor_matvec`` (ms summaries, p50 = median), ``floor_ms`` and the
+        ratios ``ratio`` (total), ``embed_ratio``, ``scoring_ratio``.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from rag.index.dense import DenseChannel
+
+    channel = DenseChannel(embedder, matrix)  # (limits BLAS to one thread, as in a real run)
+    model = embedder.model
+    encode_kwargs = dict(batch_size=embedder.batch_size, normalize_embeddings=embedder.normalize,
+                         convert_to_numpy=True, show_progress_bar=False)
+    qvecs = [np.asarray(model.encode([q], **encode_kwargs), dtype=np.float32)[0]
+             for q in queries]
+    cores = os.cpu_count() or 1
+    ours_e: list[float] = []
+    ours_s: list[float] = []
+    ours_t: list[float] = []
+    floor_e: list[float] = []
+    floor_m: list[float] = []
+
+    def run_ours() -> None:
+        for q in queries:
+            t0 = time.perf_counter()
+            v = channel.embed_query(q)
+            t1 = time.perf_counter()
+            channel.top(channel.scores(v), depth)
+            t2 = time.perf_counter()
+            ours_e.append((t1 - t0) * 1000.0)
+            ours_s.append((t2 - t1) * 1000.0)
+            ours_t.append((t2 - t0) * 1000.0)
+
+    def run_floor_embed() -> None:
+        for q in queries:
+            t0 = time.perf_counter()
+            model.encode([q], **encode_kwargs)
+            floor_e.append((time.perf_counter() - t0) * 1000.0)
+
+    def run_floor_matvec() -> None:
+        with threadpool_limits(limits=cores, user_api="blas"):
+            for v in qvecs:
+                t0 = time.perf_counter()
+                matrix @ v
+                floor_m.append((time.perf_counter() - t0) * 1000.0)
+        time.sleep(0.05)  # let OpenBLAS's worker threads stop spinning before the next block
+
+    channel.top(channel.scores(channel.embed_query(queries[0])), depth)  # warm-up
+    blocks = [run_floor_embed, run_floor_matvec, run_ours]
+    for p in range(passes):
+        for fn in (blocks if p % 2 == 0 else blocks[::-1]):
+            fn()
+    oe, os_, ot = (summary(x, unit="ms", p95=True) for x in (ours_e, ours_s, ours_t))
+    fe, fm = (summary(x, unit="ms", p95=True) for x in (floor_e, floor_m))
+    floor = fe["median"] + fm["median"]
+    return {"vectors": int(matrix.shape[0]), "dim": int(matrix.shape[1]),
+            "queries": len(queries), "passes": passes, "depth": depth,
+            "ours_embed": oe, "ours_scoring": os_, "ours_total": ot,
+            "floor_embed": fe, "floor_matvec": fm, "floor_ms": floor,
+            "floor_matvec_blas_threads": cores,
+            "ratio": ratio(ot["median"], floor),
+            "embed_ratio": ratio(oe["median"], fe["median"]),
+            "scoring_ratio": ratio(os_["median"], fm["median"])}
+
+
+def bench_dense(embedder, queries: Sequence[str], *, sizes: Sequence[int], depth: int,
+                passes: int, max_queries: dict[int, int] | None = None) -> dict:
+    """Section 2 at every size in ``sizes`` (e.g. 10k, 100k, 1M vectors).
+
+    Args:
+        embedder: a :class:`rag.index.dense.SentenceTransformerEmbedder` (has ``.model``).
+        queries: query texts, cycled in order.
+        max_queries: per size, how many of ``queries`` to use, spread over the list
+            (default all).
+    """
+    from rag.index.dense import PARALLEL_MIN_ROWS
+
+    out = {"sizes": [], "parallel_min_rows": PARALLEL_MIN_ROWS}
+    for n in sizes:
+        t0 = time.perf_counter()
+        matrix = synthetic_matrix(n, embedder.dim)
+        gen_s = time.perf_counter() - t0
+        qs = spread(queries, (max_queries or {}).get(n))
+        progress(f"dense: {n} vectors generated in {gen_s:.1f} s; {len(qs)} queries x {passes}")
+        res = bench_size(embedder, matrix, qs, depth=depth, passes=passes)
+        res["generate_s"] = gen_s
+        out["sizes"].append(res)
+        progress(f"dense: {n} vectors: ours p50 {res['ours_total']['median']:.1f} ms, floor "
+                 f"{res['floor_ms']:.1f} ms, ratio {res['ratio']:.2f}")
+        del matrix
+        gc.collect()
+    return out
