@@ -128,8 +128,9 @@ class RerankTrainConfig:
 
     ``source`` is the training corpus: ``stdlib`` (the Python standard library that ships with
     the interpreter, disjoint from every evaluation corpus) or a directory of Python files.
-    ``pairs`` counts training pairs (half positives, half BM25 hard negatives); ``held_out``
-    counts held-out pairs (same split, from other files) for the AUC on the card.
+    ``pairs`` counts training pairs: per positive (docstring summary, own code) one BM25 hard
+    negative drawn from the ``negative_depth`` best and ``random_negatives`` random ones;
+    ``held_out`` counts held-out pairs made the same way from other files (AUC on the card).
     """
 
     source: str = "stdlib"
@@ -137,9 +138,11 @@ class RerankTrainConfig:
     held_out: int = 400
     epochs: int = 1
     batch_size: int = 16
-    lr: float = 5e-5
+    lr: float = 1e-4
     max_length: int = 128
     seed: int = 0
+    negative_depth: int = 20
+    random_negatives: int = 1
 
 
 @dataclass
@@ -317,6 +320,9 @@ def validate(cfg: DictConfig) -> None:
     if (r.min_score is not None and r.weak_score is not None and r.min_score > r.weak_score):
         raise ValueError(f"need rerank.min_score <= rerank.weak_score, got {r.min_score} > {r.weak_score}")
     t = r.train
+    if t.random_negatives < 0 or t.negative_depth < 1:
+        raise ValueError("need rerank.train.random_negatives >= 0 and negative_depth >= 1, got "
+                         f"{t.random_negatives}, {t.negative_depth}")
     if t.pairs < 2 or t.held_out < 2 or t.epochs < 1 or t.batch_size < 1 or t.lr <= 0:
         raise ValueError("need rerank.train.pairs >= 2, held_out >= 2, epochs >= 1, batch_size >= 1, "
                          f"lr > 0; got {t.pairs}, {t.held_out}, {t.epochs}, {t.batch_size}, {t.lr}")

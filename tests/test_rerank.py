@@ -26,7 +26,8 @@ def test_late_interaction_reranks_the_candidate_pool(fixture_repo, embedder, tmp
 
     index = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
     rr = LateInteractionReranker(embedder, tmp_path / "tok")
-    opts = SearchOptions(mode="dense", top_k=3, candidates=4, min_dense=0.0, weak_dense=0.0)
+    opts = SearchOptions(mode="dense", top_k=3, candidates=4, min_dense=0.0, weak_dense=0.0,
+                         rerank_candidates=4)
     plain = SearchPipeline(index, opts).search("send money back for a cancelled order", depth=10)
     res = SearchPipeline(index, opts, reranker=rr).search("send money back for a cancelled order",
                                                           depth=10)

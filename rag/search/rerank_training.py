@@ -6,8 +6,9 @@ library that ships with the interpreter:
 
 * query: the summary (first paragraph) of a function's docstring;
 * positive: that function's source without its docstring;
-* hard negative: the body of *another* function of the same split that BM25 (our tokenizer,
-  Okapi k1=1.5, b=0.75; Robertson & Zaragoza 2009) ranks highest for the query.
+* hard negative: the body of *another* function of the same split, drawn from the
+  ``negative_depth`` (20) that BM25 (our tokenizer, Okapi k1=1.5, b=0.75; Robertson &
+  Zaragoza 2009) ranks highest for the query.
 
 Files are split (seeded) into training and held-out files, so a held-out query never sees its
 own file in training. The model is ``CrossEncoder(all-MiniLM-L6-v2, num_labels=1)`` (a fresh
@@ -54,13 +55,15 @@ class TrainSettings:
 
     Attributes:
         source: ``stdlib`` or a directory of Python files.
-        pairs: training pairs, half positives and half hard negatives.
-        held_out: held-out pairs for the AUC, half and half, from files not trained on.
+        pairs: training pairs: per positive, one hard and ``random_negatives`` random negatives.
+        held_out: held-out pairs for the AUC, made the same way from files not trained on.
         epochs: passes over the training pairs.
         batch_size: pairs per optimizer step.
         lr: peak AdamW learning rate.
         max_length: tokens per (query, code) pair.
         seed: seeds the file split, the sampling and torch.
+        negative_depth: each hard negative is drawn from this many BM25-best other codes.
+        random_negatives: random negatives per positive, besides its one hard negative.
         base_model: the weights fine-tuned (``package:NAME`` or a directory).
     """
 
@@ -69,9 +72,11 @@ class TrainSettings:
     held_out: int = 400
     epochs: int = 1
     batch_size: int = 16
-    lr: float = 5e-5
+    lr: float = 1e-4
     max_length: int = 128
     seed: int = 0
+    negative_depth: int = 20
+    random_negatives: int = 1
     base_model: str = BASE_MODEL
 
     @classmethod
@@ -79,7 +84,9 @@ class TrainSettings:
         """From the ``rerank.train`` config node."""
         return cls(source=str(t.source), pairs=int(t.pairs), held_out=int(t.held_out),
                    epochs=int(t.epochs), batch_size=int(t.batch_size), lr=float(t.lr),
-                   max_length=int(t.max_length), seed=int(t.seed))
+                   max_length=int(t.max_length), seed=int(t.seed),
+                   negative_depth=int(t.negative_depth),
+                   random_negatives=int(t.random_negatives))
 
 
 @dataclass(frozen=True)
@@ -202,25 +209,48 @@ def split_by_file(examples: Sequence[Example], held_out_positives: int,
     return ([e for e in examples if e.file not in held], [e for e in examples if e.file in held])
 
 
-def hard_negative_pairs(pool: Sequence[Example], chosen: Sequence[Example]
-                        ) -> list[tuple[str, str, float]]:
-    """(query, code, label) pairs: each chosen example's own code (1.0) and the BM25-best code
-    of another example in ``pool`` with different text (0.0)."""
+@dataclass(frozen=True)
+class Pair:
+    """One training or held-out pair: ``label`` 1.0 for the function's own code, 0.0 for a
+    negative; ``kind`` is ``positive``, ``hard`` (BM25) or ``random``."""
+
+    query: str
+    code: str
+    label: float
+    kind: str
+
+
+def mine_pairs(pool: Sequence[Example], chosen: Sequence[Example], *, depth: int = 20,
+               random_negatives: int = 0, seed: int = 0) -> list[Pair]:
+    """For each chosen example: its own code (positive), one hard negative — the code of
+    another example in ``pool`` drawn (seeded) from the ``depth`` codes BM25 ranks highest for
+    the query, skipping any with the positive's text (``depth=1``: the BM25-best one) — and
+    ``random_negatives`` codes drawn uniformly from the rest of ``pool``.
+
+    Sampling hard negatives from the top ranks rather than always the first, and mixing in
+    random ones, follows cross-encoder training on MS MARCO (Nogueira & Cho 2019): the
+    BM25-best code is often a near-duplicate that is really a positive.
+    """
     from rag.index.bm25 import build_bm25
 
     codes = [e.code for e in pool]
     bm25 = build_bm25(codes)
-    pairs: list[tuple[str, str, float]] = []
+    rng = random.Random(seed)
+    pairs: list[Pair] = []
     for e in chosen:
         scores = bm25.score_all(e.query)
-        neg = None
-        for i in np.argsort(-scores, kind="stable")[:50]:
-            if codes[i] != e.code:
-                neg = codes[i]
-                break
-        if neg is None:
+        ranked = [int(i) for i in np.argsort(-scores, kind="stable")[:depth + 5]
+                  if codes[i] != e.code][:depth]
+        if not ranked:
             continue
-        pairs += [(e.query, e.code, 1.0), (e.query, neg, 0.0)]
+        pairs += [Pair(e.query, e.code, 1.0, "positive"),
+                  Pair(e.query, codes[rng.choice(ranked)], 0.0, "hard")]
+        for _ in range(random_negatives):
+            for _try in range(20):
+                c = codes[rng.randrange(len(codes))]
+                if c != e.code:
+                    pairs.append(Pair(e.query, c, 0.0, "random"))
+                    break
     return pairs
 
 
@@ -241,10 +271,10 @@ def auc(scores: Sequence[float], labels: Sequence[float]) -> float:
     return float(u / (y.sum() * (~y).sum()))
 
 
-def _logits(model, pairs: Sequence[tuple[str, str, float]], batch_size: int) -> np.ndarray:
+def _logits(model, pairs: Sequence[Pair], batch_size: int) -> np.ndarray:
     import torch
 
-    out = model.predict([(q, c) for q, c, _ in pairs], batch_size=batch_size,
+    out = model.predict([(p.query, p.code) for p in pairs], batch_size=batch_size,
                         activation_fn=torch.nn.Identity(), show_progress_bar=False,
                         convert_to_numpy=True)
     return np.asarray(out, dtype=np.float64).reshape(-1)
@@ -278,16 +308,20 @@ def train_reranker(settings: TrainSettings, out_dir: Path, *,
     root = resolve_source(settings.source)
     say(f"reranker: mining (docstring summary, code) pairs from {root}")
     examples, corpus = mine_examples(root)
-    train_pool, held_pool = split_by_file(examples, settings.held_out // 2, settings.seed)
-    need_train, need_held = settings.pairs // 2, settings.held_out // 2
+    train_pool, held_pool = split_by_file(examples, max(1, settings.held_out // (2 + settings.random_negatives)),
+                                          settings.seed)
+    per = 2 + settings.random_negatives  # pairs per positive
+    need_train, need_held = max(1, settings.pairs // per), max(1, settings.held_out // per)
     if len(train_pool) < need_train or len(held_pool) < need_held:
         raise TrainingDataError(
             f"training corpus {root}: {len(examples)} documented functions in {corpus['files']} "
             f"files; need {need_train} for training and {need_held} held out (lower "
             "rerank.train.pairs / held_out, or point rerank.train.source at a larger corpus)")
     rng = random.Random(settings.seed)
-    train_pairs = hard_negative_pairs(train_pool, rng.sample(train_pool, need_train))
-    held_pairs = hard_negative_pairs(held_pool, rng.sample(held_pool, need_held))
+    mine = dict(depth=settings.negative_depth, random_negatives=settings.random_negatives)
+    train_pairs = mine_pairs(train_pool, rng.sample(train_pool, need_train), seed=settings.seed, **mine)
+    held_pairs = mine_pairs(held_pool, rng.sample(held_pool, need_held), seed=settings.seed + 1, **mine)
+    held_hard = [p for p in held_pairs if p.kind != "random"]
     t_mined = time.perf_counter()
     say(f"reranker: {len(examples)} documented functions in {corpus['files']} files -> "
         f"{len(train_pairs)} training pairs, {len(held_pairs)} held-out pairs "
@@ -297,9 +331,15 @@ def train_reranker(settings: TrainSettings, out_dir: Path, *,
     _quiet_transformers()
     torch.manual_seed(settings.seed)
     model = CrossEncoder(str(base_path), num_labels=1, max_length=settings.max_length, device="cpu")
-    held_labels = [y for _, _, y in held_pairs]
-    auc_before = auc(_logits(model, held_pairs, 32), held_labels)
-    say(f"reranker: held-out AUC before training {auc_before:.3f}")
+    def held_out_auc() -> dict[str, float]:
+        logits = _logits(model, held_pairs, 32)
+        hard = [i for i, p in enumerate(held_pairs) if p.kind != "random"]
+        return {"all": round(auc(logits, [p.label for p in held_pairs]), 4),
+                "hard_only": round(auc(logits[hard], [held_pairs[i].label for i in hard]), 4)}
+
+    auc_before = held_out_auc()
+    say(f"reranker: held-out AUC before training {auc_before['all']:.3f} "
+        f"(hard negatives only {auc_before['hard_only']:.3f})")
 
     order = list(range(len(train_pairs)))
     steps_per_epoch = (len(order) + settings.batch_size - 1) // settings.batch_size
@@ -317,9 +357,9 @@ def train_reranker(settings: TrainSettings, out_dir: Path, *,
         losses = []
         for start in range(0, len(order), settings.batch_size):
             batch = [train_pairs[i] for i in order[start:start + settings.batch_size]]
-            features = model.preprocess([(q, c) for q, c, _ in batch])
+            features = model.preprocess([(p.query, p.code) for p in batch])
             logits = model(features)["scores"].reshape(-1)
-            loss = loss_fn(logits, torch.tensor([y for _, _, y in batch], dtype=logits.dtype))
+            loss = loss_fn(logits, torch.tensor([p.label for p in batch], dtype=logits.dtype))
             loss.backward()
             opt.step()
             sched.step()
@@ -331,8 +371,9 @@ def train_reranker(settings: TrainSettings, out_dir: Path, *,
     bar.close()
     train_s = time.perf_counter() - t_train
     model.eval()
-    auc_after = auc(_logits(model, held_pairs, 32), held_labels)
-    say(f"reranker: held-out AUC after training {auc_after:.3f} ({train_s:.0f} s training)")
+    auc_after = held_out_auc()
+    say(f"reranker: held-out AUC after training {auc_after['all']:.3f} (hard negatives only "
+        f"{auc_after['hard_only']:.3f}; {train_s:.0f} s training)")
 
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -344,14 +385,13 @@ def train_reranker(settings: TrainSettings, out_dir: Path, *,
                             "python": sys.version.split()[0], **corpus,
                             "documented_functions": len(examples),
                             "train_functions": len(train_pool), "held_out_functions": len(held_pool)},
-        "pairs": {"train_positive": sum(1 for p in train_pairs if p[2] > 0.5),
-                  "train_negative": sum(1 for p in train_pairs if p[2] < 0.5),
-                  "held_out_positive": sum(1 for p in held_pairs if p[2] > 0.5),
-                  "held_out_negative": sum(1 for p in held_pairs if p[2] < 0.5)},
+        "pairs": {f"{side}_{kind}": sum(1 for p in pairs if p.kind == kind)
+                  for side, pairs in (("train", train_pairs), ("held_out", held_pairs))
+                  for kind in ("positive", "hard", "random")},
         "settings": asdict(settings),
         "epochs": settings.epochs,
         "loss": {"name": "BCEWithLogitsLoss", "per_epoch": [round(x, 4) for x in epoch_loss]},
-        "held_out_auc": {"before": round(auc_before, 4), "after": round(auc_after, 4)},
+        "held_out_auc": {"before": auc_before, "after": auc_after},
         "wall_time_s": {"mining": round(t_mined - t_start, 1), "training": round(train_s, 1),
                         "total": round(time.perf_counter() - t_start, 1)},
         "torch_threads": torch.get_num_threads(),
@@ -380,12 +420,16 @@ def render_card(card: dict) -> str:
         f"- Training corpus: `{c['source']}` ({c['path']}, Python {c['python']}), {c['files']} "
         f"files, fingerprint `{c['fingerprint']}`; {c['documented_functions']} documented "
         f"functions ({c['train_functions']} in training files, {c['held_out_functions']} held out).",
-        f"- Pairs: {p['train_positive']} positive + {p['train_negative']} BM25 hard negative "
-        f"for training; {p['held_out_positive']} + {p['held_out_negative']} held out (other files).",
+        f"- Pairs: {p['train_positive']} positive + {p['train_hard']} BM25 hard negative + "
+        f"{p['train_random']} random negative for training; {p['held_out_positive']} + "
+        f"{p['held_out_hard']} + {p['held_out_random']} held out (other files).",
         f"- Training: {card['epochs']} epoch(s), batch {s['batch_size']}, AdamW lr {s['lr']}, "
         f"max_length {s['max_length']}, seed {s['seed']}; {card['loss']['name']} per epoch "
         f"{card['loss']['per_epoch']}.",
-        f"- Held-out AUC: {card['held_out_auc']['before']} before, {card['held_out_auc']['after']} after.",
+        f"- Held-out AUC: {card['held_out_auc']['before']['all']} before, "
+        f"{card['held_out_auc']['after']['all']} after; against the hard negatives only "
+        f"{card['held_out_auc']['before']['hard_only']} before, "
+        f"{card['held_out_auc']['after']['hard_only']} after.",
         f"- Wall time: {card['wall_time_s']['total']} s ({card['wall_time_s']['training']} s "
         f"training, {card['torch_threads']} torch threads); created {card['created_at']}.",
         f"- Output: {card['output']}.", ""])
