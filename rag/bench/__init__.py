@@ -78,12 +78,12 @@ class Profile:
         targets are checked at ~50k chunks and 1M vectors), a two-job routing sweep, and a
         cold run that keeps the embedding cache."""
         return cls(bm25_build_reps=3, bm25_query_passes=2, bm25_large_build_reps=1,
-                   bm25_large_query_passes=1, bm25_large_max_queries=40, dense_passes=2,
+                   bm25_large_query_passes=1, bm25_large_max_queries=30, dense_passes=2,
                    dense_max_queries={10_000: 40, 100_000: 40, 1_000_000: 24},
-                   build_reps=3, embed_sample=48, embed_reps=3, warm_build_reps=2,
+                   build_reps=3, embed_sample=32, embed_reps=3, warm_build_reps=2,
                    eval_queries=10_000, eval_reps=3, latency_passes=1, rerank_queries=16,
                    rerank_passes=1, cross_encoder_queries=6, sweep_modes=("dense", "auto"),
-                   sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0, serve_requests=400)
+                   sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0, serve_requests=200)
 
 
 @dataclass
@@ -145,14 +145,14 @@ def _parser() -> argparse.ArgumentParser:
                "  python -m rag.bench corpus.path=/src/repo corpus.name=repo\n"
                "Figures are measured on this machine, now; compare ratios, not absolute times.")
     p.add_argument("--quick", action="store_true",
-                   help="fewer repetitions, a two-job sweep, a cold run that keeps the embedding "
-                        "cache, 400 HTTP requests: under 5 minutes on 2 cores")
+                   help="fewer repetitions and queries, a two-job sweep, a cold run that keeps "
+                        "the embedding cache, 200 HTTP requests: under 5 minutes on 2 idle cores")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
     p.add_argument("--out", default="reports/bench.md",
                    help="markdown report; the JSON twin goes next to it (.json)")
     p.add_argument("--requests", type=int, default=None,
-                   help="serve: HTTP requests (default 2000; --quick 400)")
+                   help="serve: HTTP requests (default 2000; --quick 200)")
     p.add_argument("--concurrency", type=int, default=8, help="serve: requests in flight")
     p.add_argument("--bm25-chunks", type=int, default=None,
                    help="bm25: size of the replicated corpus (default 50000)")
@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-queries", type=int, default=None,
                    help="eval: synthetic queries (default 10000)")
     p.add_argument("--embed-sample", type=int, default=None,
-                   help="build: chunks embedded per measurement (default 256; --quick 48)")
+                   help="build: chunks embedded per measurement (default 256; --quick 32)")
     p.add_argument("--no-ranx", action="store_true", help="eval: leave ranx out even if installed")
     p.add_argument("--keep-scratch", action="store_true",
                    help="keep the scratch directory (temporary MLflow store, run logs)")
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in ("sentence_transformers", "bm25s", "transformers", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    from rag.bench.measure import load_average, progress
+    from rag.bench.measure import cpu_pressure, load_average, progress
     from rag.bench.render import render
     from rag.config import expand_path
 
@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     results["wall_s"] = time.perf_counter() - t0
     results["load_average_end"] = load_average()
+    results["cpu_pressure_end"] = cpu_pressure()
     results["command"] = "python -m rag.bench" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     out = expand_path(args.out)

@@ -82,7 +82,9 @@ def _trec(run, qrels, ks, ndcg_k):
                                                 f"ndcg_cut.{ndcg_k}"})
     per_q = ev.evaluate({q: s for q, s in run.items() if s})
     names = [t for _, t, _ in measure_names(ks, ndcg_k)]
-    means = {m: sum(per_q[q][m] for q in per_q) / len(qrels) for m in names}
+    # a query without a run scores 0 (trec_eval -c); averaged like ours (numpy, qrels order)
+    means = {m: float(np.mean([per_q[q][m] if q in per_q else 0.0 for q in qrels]))
+             for m in names}
     return per_q, means
 
 

@@ -112,6 +112,7 @@ def machine() -> dict:
             "memory_gib": round(mem_gib, 1) if mem_gib else None,
             "python": platform.python_version(), "platform": platform.platform(),
             "torch_threads": torch_threads, "load_average_start": _load(),
+            "cpu_pressure_start": cpu_pressure(),
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -125,6 +126,18 @@ def _load() -> list[float] | None:
 def load_average() -> list[float] | None:
     """The 1, 5 and 15 minute load averages (another process on the cores shows here)."""
     return _load()
+
+
+def cpu_pressure() -> dict[str, float] | None:
+    """Linux pressure stall information for the CPU (``/proc/pressure/cpu``, "some" line):
+    the share of the last 10/60/300 s in which some runnable task waited for a core, in %.
+    Near 0 on an idle machine; tens of % while another workload shares the cores."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    fields = dict(f.split("=", 1) for f in line.split()[1:])
+    return {k: float(fields[k]) for k in ("avg10", "avg60", "avg300") if k in fields}
 
 
 def progress(msg: str) -> None:
@@ -149,23 +162,40 @@ class ChildFailed(RuntimeError):
     """A benchmarked command exited non-zero (the message ends with its log's tail)."""
 
 
+def _vm_hwm_kib(pid: int) -> int | None:
+    """Peak resident set size of a running process since its last exec (Linux ``VmHWM``)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def run_child(cmd: list[str], *, log: Path, env: dict[str, str] | None = None,
               timeout_s: float = 1800.0) -> ChildRun:
     """Run ``cmd`` to completion, output to ``log``; measure its wall time and peak memory.
 
-    The peak is the child's maximum resident set size as ``wait4(2)`` reports it (Linux: KiB,
-    converted to MiB) — the largest of the child and any descendant it waited for.
+    The peak is the child's ``VmHWM`` (peak resident set size since its exec, Linux), read
+    every 50 ms until it exits. ``wait4``'s ``ru_maxrss`` is not used on Linux: it counts the
+    forked copy of this (large) benchmark process before the exec. Elsewhere it is the
+    fallback.
 
     Raises:
         ChildFailed: non-zero exit, or still running after ``timeout_s`` (then killed).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
+    peak_kib = 0
     with open(log, "w") as fh:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})}, start_new_session=True)
         deadline = t0 + timeout_s
         while True:
+            hwm = _vm_hwm_kib(proc.pid)
+            if hwm:
+                peak_kib = max(peak_kib, hwm)
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -176,8 +206,9 @@ def run_child(cmd: list[str], *, log: Path, env: dict[str, str] | None = None,
             time.sleep(0.05)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    rss_kib = usage.ru_maxrss if sys.platform != "darwin" else usage.ru_maxrss / 1024
-    run = ChildRun(wall_s=wall, max_rss_mib=rss_kib / 1024.0, returncode=proc.returncode, log=log)
+    if not peak_kib:
+        peak_kib = usage.ru_maxrss if sys.platform != "darwin" else usage.ru_maxrss / 1024
+    run = ChildRun(wall_s=wall, max_rss_mib=peak_kib / 1024.0, returncode=proc.returncode, log=log)
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise ChildFailed(f"{' '.join(cmd[:6])} ... exited {proc.returncode} after {wall:.0f} s "

@@ -52,6 +52,10 @@ def targets(results: dict) -> list[dict[str, Any]]:
     return out
 
 
+def _psi(p: dict | None) -> str:
+    return "n/a" if not p else "/".join(f"{p[k]:.0f}%" for k in ("avg10", "avg60", "avg300") if k in p)
+
+
 def _header(results: dict) -> list[str]:
     m = results["machine"]
     lines = ["# Benchmark", "",
@@ -60,9 +64,11 @@ def _header(results: dict) -> list[str]:
              f"{results['wall_s'] / 60:.1f} min). Machine: {m['cores']} cores ({m['cpu']}), "
              f"{m['memory_gib']} GiB, Python {m['python']}, torch threads {m['torch_threads']}, "
              f"{m['platform']}; {m['when']}. Load average (1/5/15 min) at start "
-             f"{m['load_average_start']}, at end {results.get('load_average_end')} — the cores "
-             "are shared, so absolute times drift; the ratios compare two things measured side by "
-             "side in the same process and minute.", "",
+             f"{m['load_average_start']}, at end {results.get('load_average_end')}; CPU pressure "
+             f"(share of time a task waited for a core, 10/60/300 s) at start "
+             f"{_psi(m.get('cpu_pressure_start'))}, at end {_psi(results.get('cpu_pressure_end'))}"
+             " — the cores may be shared, so absolute times drift; the ratios compare two things "
+             "measured side by side in the same process and minute.", "",
              "Every figure is the **median [min–max] (n measurements)**; latency p50 is the "
              "median of the per-query times, p95 their 95th percentile. Ratios are of medians.", "",
              "Libraries: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), ""]
@@ -214,13 +220,14 @@ def _end_to_end(e2e: dict | None, lat: dict | None) -> list[str]:
     lines = ["## 6. End to end", ""]
     if e2e:
         lines += [f"`{e2e['command']}` as a child process (temporary MLflow store): wall time from "
-                  "start to exit, peak memory = the child's max RSS.", "",
+                  "start to exit, peak memory = the child's peak resident set size (VmHWM).", "",
                   "| run | wall s | peak RSS MiB | ratio to warm | what it means |",
                   "|---|---|---|---|---|"]
         for key, name in (("warm", "warm"), ("cold_index", "cold index"), ("cold_full", "cold")):
             if key in e2e:
                 x = e2e[key]
-                extra = (f"; chunks embedded {x['chunks_embedded']}" if "chunks_embedded" in x else "")
+                extra = ("; chunks embedded: " + ", ".join(str(c) for c in x["chunks_embedded"])
+                         if "chunks_embedded" in x else "")
                 lines.append(f"| {name} | {stat(x['wall'])} | {stat(x['peak_rss_mib'], 0)} | "
                              f"{times(x.get('ratio_to_warm'))} | {x['meaning']}{extra} |")
         lines.append("")

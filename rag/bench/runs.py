@@ -1,7 +1,7 @@
 """Benchmark sections 5 and 6 (first half): whole ``python -m rag.run`` processes.
 
 Every run is a child process started here, timed from start to exit, with its peak memory
-(max RSS from ``wait4``). Each logs into a **temporary** MLflow store, artifact root, ledger
+(peak resident set size, see :func:`rag.bench.measure.run_child`). Each logs into a **temporary** MLflow store, artifact root, ledger
 report and Hydra output folder under the benchmark's scratch directory (see
 :func:`scratch_overrides`), never into the project's ``mlflow.db`` / ``reports/ledger.md``. The
 temporary store's schema is created before the first timed run, so no run pays MLflow's
