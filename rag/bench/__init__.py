@@ -79,10 +79,10 @@ class Profile:
         cold run that keeps the embedding cache."""
         return cls(bm25_build_reps=3, bm25_query_passes=2, bm25_large_build_reps=1,
                    bm25_large_query_passes=1, bm25_large_max_queries=30, dense_passes=2,
-                   dense_max_queries={10_000: 40, 100_000: 40, 1_000_000: 24},
-                   build_reps=3, embed_sample=32, embed_reps=3, warm_build_reps=2,
+                   dense_max_queries={10_000: 32, 100_000: 32, 1_000_000: 16},
+                   build_reps=3, embed_sample=24, embed_reps=3, warm_build_reps=2,
                    eval_queries=10_000, eval_reps=3, latency_passes=1, rerank_queries=16,
-                   rerank_passes=1, cross_encoder_queries=6, sweep_modes=("dense", "auto"),
+                   rerank_passes=1, cross_encoder_queries=3, sweep_modes=("dense", "auto"),
                    sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0, serve_requests=200)
 
 
@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-queries", type=int, default=None,
                    help="eval: synthetic queries (default 10000)")
     p.add_argument("--embed-sample", type=int, default=None,
-                   help="build: chunks embedded per measurement (default 256; --quick 32)")
+                   help="build: chunks embedded per measurement (default 256; --quick 24)")
     p.add_argument("--no-ranx", action="store_true", help="eval: leave ranx out even if installed")
     p.add_argument("--keep-scratch", action="store_true",
                    help="keep the scratch directory (temporary MLflow store, run logs)")

@@ -111,6 +111,8 @@ def bench_latency(cfg, index, embedder, queries: Sequence[str], *, overrides: Se
         label = f"rerank ({kind}, {opts.mode})"
         out["modes"][label] = {"latency": s, "seed_p50_ms": SEED_P50_MS["rerank"],
                                "ratio_to_seed": ratio(s["median"], SEED_P50_MS["rerank"]),
-                               "queries": len(qs), "first_pass_s": first}
+                               "queries": len(qs), "first_pass_s": first,
+                               "first_pass": ("one warm-up query" if cross else
+                                              "first pass, filling the token cache")}
         progress(f"latency: {label} p50 {s['median']:.1f} ms (first pass {first:.1f} s)")
     return out

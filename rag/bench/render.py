@@ -123,19 +123,23 @@ def _dense(r: dict) -> list[str]:
     lines = ["## 2. Dense channel against its floor", "",
              "Synthetic unit vectors (float32). Ours: `DenseChannel.embed_query` (embedding), "
              "then `scores` + `top` (scoring); floor: the model's own `encode()` of one query "
-             "alone, plus one `matrix @ q` alone with numpy's default BLAS threads. Ratio = "
+             "alone, plus one `matrix @ q` alone, the faster p50 of one BLAS thread and all "
+             "cores (threads in brackets). Ratio = "
              f"p50(ours) / (p50 floor embedding + p50 floor mat-vec). Our channel splits the "
              f"product into one row block per core from {r.get('parallel_min_rows', 0):,} rows "
              "(one BLAS thread each); below that it is one single-threaded BLAS call.", "",
              "| vectors | queries × passes | ours embedding ms | ours scoring ms | ours total ms "
-             "(p95) | floor encode() ms | floor mat-vec ms | floor ms | ratio | embedding ratio "
-             "| scoring ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(p95) | floor encode() ms | floor mat-vec ms (BLAS threads) | mat-vec 1 thread / "
+             "all cores p50 | floor ms | ratio | embedding ratio | scoring ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in r["sizes"]:
         lines.append(
             f"| {s['vectors']:,} × {s['dim']} | {s['queries']} × {s['passes']} | "
             f"{stat(s['ours_embed'])} | {stat(s['ours_scoring'], 2)} | {stat(s['ours_total'])} "
             f"({s['ours_total']['p95']:.1f}) | {stat(s['floor_embed'])} | "
-            f"{stat(s['floor_matvec'], 2)} | {s['floor_ms']:.1f} | **{times(s['ratio'])}** | "
+            f"{stat(s['floor_matvec'], 2)} ({s['floor_matvec_blas_threads']}) | "
+            f"{s['matvec_one_thread']['median']:.2f} / {s['matvec_all_cores']['median']:.2f} | "
+            f"{s['floor_ms']:.1f} | **{times(s['ratio'])}** | "
             f"{times(s['embed_ratio'])} | {times(s['scoring_ratio'])} |")
     lines.append("")
     return lines
@@ -242,8 +246,8 @@ def _end_to_end(e2e: dict | None, lat: dict | None) -> list[str]:
                   "|---|---|---|---|---|"]
         for mode, v in lat["modes"].items():
             s = v["latency"]
-            note = (f" ({v['queries']} queries; first pass, filling caches: "
-                    f"{v['first_pass_s']:.1f} s)" if "first_pass_s" in v else "")
+            note = (f" ({v['queries']} queries; {v['first_pass']}: {v['first_pass_s']:.1f} s, "
+                    "not counted)" if "first_pass_s" in v else "")
             lines.append(f"| {mode}{note} | {stat(s)} | {s['p95']:.1f} | "
                          f"{num(v['seed_p50_ms'], 0)} | {times(v['ratio_to_seed'])} |")
         for kind, why in lat.get("rerankers_unavailable", {}).items():
