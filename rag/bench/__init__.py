@@ -53,10 +53,10 @@ class Profile:
     bm25_large_query_passes: int = 2
     bm25_large_max_queries: int | None = None
     dense_sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
-    dense_passes: int = 3
-    dense_max_queries: dict[int, int] = field(default_factory=dict)
+    dense_passes: int = 2
+    dense_max_queries: dict[int, int] = field(default_factory=lambda: {1_000_000: 64})
     build_reps: int = 5
-    embed_sample: int = 256
+    embed_sample: int = 128
     embed_reps: int = 3
     warm_build_reps: int = 3
     eval_queries: int = 10_000
@@ -64,7 +64,7 @@ class Profile:
     latency_passes: int = 3
     rerank_queries: int = 10_000
     rerank_passes: int = 2
-    cross_encoder_queries: int = 40
+    cross_encoder_queries: int = 12
     sweep_modes: tuple[str, ...] = ("dense", "bm25", "hybrid", "auto")
     sweep_reps: int = 2
     warm_reps: int = 2
@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-queries", type=int, default=None,
                    help="eval: synthetic queries (default 10000)")
     p.add_argument("--embed-sample", type=int, default=None,
-                   help="build: chunks embedded per measurement (default 256; --quick 24)")
+                   help="build: chunks embedded per measurement (default 128; --quick 24)")
     p.add_argument("--no-ranx", action="store_true", help="eval: leave ranx out even if installed")
     p.add_argument("--keep-scratch", action="store_true",
                    help="keep the scratch directory (temporary MLflow store, run logs)")
