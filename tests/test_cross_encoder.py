@@ -304,3 +304,28 @@ def test_missing_default_model_is_named_when_training_is_not_allowed(compose, em
     with pytest.raises(RerankerError, match="rag reranker train"):
         build_reranker(cfg, embedder, tmp_path, train_if_missing=False)
     assert json.loads(json.dumps(list(cfg.rerank.gate_thresholds))) == [0.05, 0.5]
+
+
+def test_a_trained_default_model_is_reused_not_retrained(compose, embedder, tmp_path, tiny_model,
+                                                         monkeypatch):
+    import shutil
+
+    from rag.search.rerank import CrossEncoderReranker, build_reranker
+
+    out, card, _ = tiny_model
+    cfg = compose([f"paths.cache_dir={tmp_path}", "rerank=cross_encoder"])
+    target = rt.default_model_dir(tmp_path, cfg.rerank.train)
+    shutil.copytree(out, target)
+
+    def no_training(*a, **k):
+        raise AssertionError("retrained although a model with a card exists")
+
+    monkeypatch.setattr(rt, "train_reranker", no_training)
+    rr = build_reranker(cfg, embedder, tmp_path)
+    assert isinstance(rr, CrossEncoderReranker)
+    assert rr.model_id == f"{target.name}@{card['model_fingerprint']}"
+    # other training settings name another directory (that model would be trained anew)
+    from omegaconf import OmegaConf
+
+    other = rt.TrainSettings.from_config(OmegaConf.merge(cfg.rerank.train, {"pairs": 10}))
+    assert rt.default_model_dir(tmp_path, other) != target

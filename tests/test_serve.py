@@ -99,3 +99,23 @@ def test_bench_serve_section_on_fixture(fixture_repo, tmp_path, monkeypatch):
     assert data["serve"]["requests"] == 24 and data["serve"]["errors"] == 0
     assert data["serve"]["http"]["n"] == 24
     assert "Service over loopback" in out.read_text()
+
+
+def test_cross_encoder_without_a_model_is_a_422_naming_the_training_command(
+        fixture_repo, fixture_golden, tmp_path, compose, embedder, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import rag.run as run_mod
+    from rag.serve.app import create_app, env_overrides
+
+    assert env_overrides({"RAG_RERANK_KIND": "cross_encoder", "RAG_RERANK_MODEL": "/m",
+                          "RAG_RERANK_CANDIDATES": "20"}) == [
+        "rerank.kind=cross_encoder", "rerank.model=/m", "rerank.candidates=20"]
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden, "rerank=cross_encoder",
+                                "rerank.enabled=false"))
+    index = run_mod.get_index(cfg, fixture_repo, embedder, progress=False)
+    client = TestClient(create_app(cfg, index))
+    assert client.post("/search", json={"query": "refund money"}).status_code == 200
+    r = client.post("/search", json={"query": "refund money", "rerank": True})
+    assert r.status_code == 422 and "rag reranker train" in r.text
