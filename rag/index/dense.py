@@ -285,9 +285,10 @@ class DenseChannel:
     2-core machine). From :data:`PARALLEL_MIN_ROWS` rows on, :meth:`scores` splits the product
     into one row block per core, each computed by a one-thread BLAS call on its own Python
     thread (numpy releases the GIL); idle Python threads sleep instead of spinning. At 1M x 384
-    on the 2-core machine (``python -m rag.bench``, dense section): one call on one thread
-    217-237 ms; OpenBLAS's own 2 threads 126-130 ms but the next query embedding 22 -> 47 ms;
-    two row blocks 142-164 ms with the embedding unchanged (24-26 ms). The scores are
+    on the 2-core machine (``python -m rag.bench``, dense section, p50, cores shared with a
+    training job): one BLAS call on one thread 249 ms, on both cores 167 ms, two row blocks
+    174 ms including :meth:`top`. Letting OpenBLAS use both cores instead slowed the next
+    query embedding 22 -> 47 ms (measured side by side in a query loop). The scores are
     bit-identical to the single call (each row's dot product is computed the same way).
     """
 
