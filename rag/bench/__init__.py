@@ -61,7 +61,9 @@ class Profile:
     warm_build_reps: int = 3
     eval_queries: int = 10_000
     eval_reps: int = 5
+    eval_ranx: bool = True
     latency_passes: int = 3
+    latency_max_queries: int | None = None
     rerank_queries: int = 10_000
     rerank_passes: int = 2
     cross_encoder_queries: int = 12
@@ -75,13 +77,15 @@ class Profile:
     @classmethod
     def quick(cls) -> "Profile":
         """The ``--quick`` profile: fewer repetitions and queries, the same sizes (the issue's
-        targets are checked at ~50k chunks and 1M vectors), a two-job routing sweep, and a
-        cold run that keeps the embedding cache."""
+        targets are checked at ~50k chunks, 1M vectors and 10,000 queries), a two-job routing
+        sweep, a cold run that keeps the embedding cache, and no ranx (its import, numba
+        compile and evaluations cost ~20 s; the full run has it)."""
         return cls(bm25_build_reps=3, bm25_query_passes=2, bm25_large_build_reps=1,
-                   bm25_large_query_passes=1, bm25_large_max_queries=30, dense_passes=2,
-                   dense_max_queries={10_000: 32, 100_000: 32, 1_000_000: 16},
-                   build_reps=3, embed_sample=24, embed_reps=3, warm_build_reps=2,
-                   eval_queries=10_000, eval_reps=3, latency_passes=1, rerank_queries=16,
+                   bm25_large_query_passes=1, bm25_large_max_queries=20, dense_passes=2,
+                   dense_max_queries={10_000: 24, 100_000: 24, 1_000_000: 16},
+                   build_reps=3, embed_sample=16, embed_reps=3, warm_build_reps=2,
+                   eval_queries=10_000, eval_reps=3, eval_ranx=False, latency_passes=1,
+                   latency_max_queries=64, rerank_queries=16,
                    rerank_passes=1, cross_encoder_queries=3, sweep_modes=("dense", "auto"),
                    sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0, serve_requests=200)
 
@@ -162,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="eval: synthetic queries (default 10000)")
     p.add_argument("--embed-sample", type=int, default=None,
                    help="build: chunks embedded per measurement (default 128; --quick 24)")
-    p.add_argument("--no-ranx", action="store_true", help="eval: leave ranx out even if installed")
+    p.add_argument("--no-ranx", action="store_true",
+                   help="eval: leave ranx out even if installed (--quick always does)")
     p.add_argument("--keep-scratch", action="store_true",
                    help="keep the scratch directory (temporary MLflow store, run logs)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -243,12 +248,16 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
         ks = list(cfg.eval.recall_ks) if cfg else [1, 3, 5, 8, 10, 20, 40]
         section("evaluation", lambda: bench_evaluation(
             n_queries=prof.eval_queries, reps=prof.eval_reps, ks=ks,
-            ndcg_k=int(cfg.eval.ndcg_k) if cfg else 10, use_ranx=not args.no_ranx))
+            ndcg_k=int(cfg.eval.ndcg_k) if cfg else 10,
+            use_ranx=None if args.no_ranx else prof.eval_ranx))
     if "latency" in sections:
         from rag.bench.latency import bench_latency
 
+        from rag.bench.measure import spread
+
         section("latency", lambda: bench_latency(
-            cfg, ctx.index, ctx.embedder, ctx.queries, overrides=overrides,
+            cfg, ctx.index, ctx.embedder, spread(ctx.queries, prof.latency_max_queries),
+            overrides=overrides,
             passes=prof.latency_passes, rerank_queries=prof.rerank_queries,
             rerank_passes=prof.rerank_passes, cross_encoder_queries=prof.cross_encoder_queries))
     if {"sweep", "e2e"} & set(sections):

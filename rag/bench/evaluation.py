@@ -115,9 +115,14 @@ def compare(ours_pq, trec_pq, ranx_res, qids, ks, ndcg_k) -> dict:
 
 
 def bench_evaluation(*, n_queries: int, reps: int, ks: Sequence[int], ndcg_k: int,
-                     use_ranx: bool = True) -> dict:
+                     use_ranx: bool | None = True) -> dict:
     """Section 4: ``reps`` timed evaluations of ``n_queries`` synthetic queries per library,
-    alternating the order, and the value comparison."""
+    alternating the order, and the value comparison.
+
+    Args:
+        use_ranx: True: include ranx if installed; False: the quick profile leaves it out;
+            None: left out on request (``--no-ranx``).
+    """
     ks = tuple(ks)
     run, qrels = synthetic_case(n_queries)
     qids = list(qrels)
@@ -136,8 +141,10 @@ def bench_evaluation(*, n_queries: int, reps: int, ks: Sequence[int], ndcg_k: in
             have_ranx = True
         except ImportError:
             ranx_note = "not installed (pip install -e '.[bench]')"
-    else:
+    elif use_ranx is None:
         ranx_note = "skipped (--no-ranx)"
+    else:
+        ranx_note = "full run only (its import, numba compile and evaluations cost ~20 s)"
     out: dict = {"queries": n_queries, "reps": reps, "empty_runs": sum(1 for s in run.values() if not s),
                  "run_entries": sum(len(s) for s in run.values()),
                  "qrels_entries": sum(len(r) for r in qrels.values()),
