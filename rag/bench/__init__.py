@@ -81,13 +81,14 @@ class Profile:
         sweep, a cold run that keeps the embedding cache, and no ranx (its import, numba
         compile and evaluations cost ~20 s; the full run has it)."""
         return cls(bm25_build_reps=3, bm25_query_passes=2, bm25_large_build_reps=1,
-                   bm25_large_query_passes=1, bm25_large_max_queries=20, dense_passes=2,
-                   dense_max_queries={10_000: 24, 100_000: 24, 1_000_000: 16},
+                   bm25_large_query_passes=1, bm25_large_max_queries=16, dense_passes=2,
+                   dense_max_queries={10_000: 24, 100_000: 24, 1_000_000: 12},
                    build_reps=3, embed_sample=16, embed_reps=3, warm_build_reps=2,
                    eval_queries=10_000, eval_reps=3, eval_ranx=False, latency_passes=1,
-                   latency_max_queries=64, rerank_queries=16,
-                   rerank_passes=1, cross_encoder_queries=3, sweep_modes=("dense", "auto"),
-                   sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0, serve_requests=200)
+                   latency_max_queries=64, rerank_queries=12,
+                   rerank_passes=1, cross_encoder_queries=2, sweep_modes=("dense", "auto"),
+                   sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0,
+                   serve_requests=120)
 
 
 @dataclass
@@ -150,13 +151,13 @@ def _parser() -> argparse.ArgumentParser:
                "Figures are measured on this machine, now; compare ratios, not absolute times.")
     p.add_argument("--quick", action="store_true",
                    help="fewer repetitions and queries, a two-job sweep, a cold run that keeps "
-                        "the embedding cache, 200 HTTP requests: under 5 minutes on 2 idle cores")
+                        "the embedding cache, 120 HTTP requests: under 5 minutes on 2 idle cores")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
     p.add_argument("--out", default="reports/bench.md",
                    help="markdown report; the JSON twin goes next to it (.json)")
     p.add_argument("--requests", type=int, default=None,
-                   help="serve: HTTP requests (default 2000; --quick 200)")
+                   help="serve: HTTP requests (default 2000; --quick 120)")
     p.add_argument("--concurrency", type=int, default=8, help="serve: requests in flight")
     p.add_argument("--bm25-chunks", type=int, default=None,
                    help="bm25: size of the replicated corpus (default 50000)")
