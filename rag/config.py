@@ -131,6 +131,8 @@ class RerankTrainConfig:
     ``pairs`` counts training pairs: per positive (docstring summary, own code) one BM25 hard
     negative drawn from the ``negative_depth`` best and ``random_negatives`` random ones;
     ``held_out`` counts held-out pairs made the same way from other files (AUC on the card).
+    ``lr`` is AdamW's peak learning rate, ``max_length`` the tokens per (query, code) pair,
+    ``seed`` seeds the file split, the sampling and torch.
     """
 
     source: str = "stdlib"

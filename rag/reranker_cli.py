@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, rt.TrainingDataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # Hydra composition errors name the bad override
+    except Exception as exc:  # Hydra composition errors name the bad override; others propagate
+        if not type(exc).__module__.startswith(("hydra", "omegaconf")):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = expand_path(args.out) if args.out else default_dir

@@ -25,6 +25,16 @@ def compose_config(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
+def cli_error(exc: BaseException) -> None:
+    """Turn a bad-input error — a RunError, a ValueError, or a Hydra/OmegaConf composition
+    error naming the bad override — into ``SystemExit("error: ...")``; re-raise anything else."""
+    from rag.run import RunError
+
+    if isinstance(exc, (RunError, ValueError)) or type(exc).__module__.startswith(("hydra", "omegaconf")):
+        raise SystemExit(f"error: {exc}") from None
+    raise exc
+
+
 def _load(overrides: list[str], *, publish: bool = False, strict: bool = True):
     """(cfg, index, manifest): the published index of the configured corpus.
 
@@ -64,12 +74,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True):
         versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
                           normalized=bool(cfg.embedder.normalize), corpus_root=str(root))
         return cfg, index, versioned.read_manifest(root_dir)
-    except (RunError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - Hydra's composition errors
-        if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            raise SystemExit(f"error: {exc}") from None
-        raise
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
 
 
 def search_command(args: Namespace) -> int:

