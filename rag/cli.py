@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 
@@ -25,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     p_diff.add_argument("run_b", help="the other run id (or a unique prefix)")
     p_diff.add_argument("--json", action="store_true", help="print JSON instead of text")
     p_diff.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
-    p_diff.add_argument("--tracking-uri", default="sqlite:///mlflow.db",
+    p_diff.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI; a relative sqlite path is taken from the "
-                             "project root (default: sqlite:///mlflow.db)")
+                             "project root (default: $MLFLOW_TRACKING_URI, else "
+                             "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
     p_search = sub.add_parser("search", help="search a corpus with the configured pipeline")
     p_search.add_argument("query", help="the question or identifier")
     p_search.add_argument("--mode", choices=["auto", "bm25", "dense", "hybrid"], default=None,
@@ -41,22 +41,35 @@ def main(argv: list[str] | None = None) -> int:
                           help="only these document categories (applied before scoring)")
     p_search.add_argument("--json", action="store_true", help="print JSON (the hit shape)")
     p_search.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                          help="any other config override, e.g. abstain.min_dense=0.2")
+                          help="any other config override, e.g. abstain.min_dense=0.2 "
+                               "(before or after the query and the options)")
     p_index = sub.add_parser("index", help="build or update the index of a corpus and say what changed")
     where = p_index.add_mutually_exclusive_group()
     where.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
     where.add_argument("--corpus", default=None, metavar="NAME",
                        help="a corpus config from conf/corpus/ (default: flask)")
-    p_index.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p_index.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="config overrides (before or after the options)")
     p_serve = sub.add_parser("serve", help="serve POST /search and GET /health over HTTP")
     p_serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p_serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p_serve.add_argument("--max-body-bytes", default=None, metavar="N",
+                         help="answer 413 to a request body over N bytes (default: "
+                              "RAG_MAX_BODY_BYTES, else 65536)")
     p_serve.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="config overrides (the RAG_* environment flags also apply)")
+    from rag.golden_cli import add_parser as add_golden_parser
     from rag.reranker_cli import add_parser as add_reranker_parser
 
     add_reranker_parser(sub)
+    add_golden_parser(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.command == "golden":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rag.golden_cli import run as golden_run
+
+        return golden_run(args)
     if args.command == "reranker":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -68,10 +81,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         from rag.serve.app import serve
 
-        return serve(args.host, args.port, list(args.overrides))
+        return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes)
     if args.command in ("search", "index"):
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        # KEY=VALUE overrides may come before or after the query and the options
+        # (`rag search Q -r DIR k=v`): argparse leaves those after an option in `rest`
+        unknown = [t for t in rest if t.startswith("-")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.command == "search":
+            args.query, args.overrides = _query_and_overrides(
+                [args.query, *args.overrides, *rest], parser)
+        else:
+            args.overrides = [*args.overrides, *rest]
         from rag.search_cli import index_command, search_command
 
         return search_command(args) if args.command == "search" else index_command(args)
@@ -85,26 +106,49 @@ def main(argv: list[str] | None = None) -> int:
     return report_main(rest)
 
 
+def _query_and_overrides(tokens: list[str],
+                         parser: argparse.ArgumentParser) -> tuple[str, list[str]]:
+    """Split ``rag search``'s positional tokens into the query and the config overrides.
+
+    The query is the one token that is not shaped like an override (``[+~]KEY=VALUE`` or
+    ``~KEY``); if every token is so shaped, the first whose key is not under a top-level config
+    group (``rag search "timeout=30" abstain.min_dense=0.2``), else the first. Two tokens that
+    are not overrides are an error (``parser.error``, exit 2).
+    """
+    import dataclasses
+    import re
+
+    from rag.config import RagConfig
+
+    shaped = re.compile(r"[+~]{0,2}[A-Za-z_][\w.@/-]*=|~[A-Za-z_][\w.@/-]*$").match
+    groups = "|".join([f.name for f in dataclasses.fields(RagConfig)] + ["hydra"])
+    known = re.compile(rf"[+~]{{0,2}}(?:{groups})(?:[.@=]|$)").match
+    others = [i for i, t in enumerate(tokens) if not shaped(t)]
+    if len(others) > 1:
+        parser.error("one query expected, got " + ", ".join(repr(tokens[i]) for i in others)
+                     + " (quote a query that has spaces; overrides read KEY=VALUE)")
+    if not others:
+        others = [i for i, t in enumerate(tokens) if not known(t)] or [0]
+    q = others[0]
+    return tokens[q], [t for i, t in enumerate(tokens) if i != q]
+
+
 def _diff(args: argparse.Namespace) -> int:
+    """``rag diff RUN_A RUN_B``: exit 0, or 2 with one ``error:`` line when a row is unknown
+    or ambiguous, the store is missing or not a database, a row has no per_query.csv, or the
+    rows are from different corpora or share no positive query."""
     import json
 
-    from rag.config import tracking_uri
-    from rag.ledger.diff import diff_per_query, render_text, summarize
-    from rag.ledger.mlflow_store import Ledger
-    from rag.ledger.sweep import per_query_frame
+    from rag.config import default_tracking_uri
+    from rag.ledger.diff import DiffError, compare_rows, render_text
+    from rag.ledger.mlflow_store import Ledger, LedgerError
 
-    uri = tracking_uri(args.tracking_uri)
-    if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///"):]):
-        print(f"error: no ledger at {uri}", file=sys.stderr)
-        return 2
-    ledger = Ledger(uri)
+    uri = default_tracking_uri(args.tracking_uri)
     try:
-        ids = [ledger.resolve_run_id(r) for r in (args.run_a, args.run_b)]
-    except LookupError as exc:
+        summary = compare_rows(Ledger(uri, create=False), args.run_a, args.run_b, top=args.top)
+    except (LookupError, LedgerError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    frames = [per_query_frame(ledger.download_text(r, "per_query.csv")) for r in ids]
-    summary = summarize(diff_per_query(*frames), run_a=ids[0], run_b=ids[1], top=args.top)
     try:
         print(json.dumps(summary, indent=2) if args.json else render_text(summary))
     except BrokenPipeError:  # `rag diff ... | head`

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 
 class SearchMode(str, Enum):
@@ -43,16 +43,26 @@ class BM25Backend(str, Enum):
 
 @dataclass
 class PathsConfig:
-    """Where caches live (corpora, embeddings). Made absolute at start-up."""
+    """Where things live. Made absolute at start-up.
+
+    ``cache_dir`` holds corpora, embeddings and indexes. ``output_dir`` is the one key that
+    moves everything a run writes: a relative ``tracking.uri`` sqlite file, ``tracking.
+    artifact_root``, ``tracking.report_path`` and Hydra's ``outputs/`` and ``multirun/``
+    (relative: from the project root; default the project root itself).
+    """
 
     cache_dir: str = "${oc.env:RAG_CACHE_DIR,'~/.cache/rag'}"
+    output_dir: str = "${oc.env:RAG_OUTPUT_DIR,.}"
 
 
 @dataclass
 class CorpusConfig:
     """One code repository: a pinned sdist fetched with pip, or a local directory (``path``)."""
 
-    name: str = MISSING
+    # Names the ledger experiment (rag-<name>) and the index folder. Default: the corpus's own
+    # name — the directory's name for corpus.path, name-version for an sdist (flask==3.1.3 ->
+    # flask-3.1.3); never another corpus's.
+    name: str = "${rag_corpus_name:${corpus.path},${corpus.sdist}}"
     # A pip requirement fetched as an sdist (``pip download --no-binary :all:``); ignored if path is set.
     sdist: Optional[str] = None
     # Index this directory instead of fetching an sdist.
@@ -177,12 +187,34 @@ class RerankConfig:
     train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
 
 
+class AbstainSignal(str, Enum):
+    """What abstention reads: the top dense cosine (three bands), or the learned gate."""
+
+    top_dense = "top_dense"
+    learned = "learned"
+
+
 @dataclass
 class AbstainConfig:
-    """Three bands on the query's top dense cosine: drop < min_dense <= weak < weak_dense <= normal."""
+    """Abstention: three bands on one signal, drop < min <= weak < weak_threshold <= normal.
 
+    ``signal: top_dense`` bands the query's top dense cosine at ``min_dense`` / ``weak_dense``.
+    ``signal: learned`` bands the learned gate's P(answerable) at the thresholds chosen when it
+    was fitted; it needs ``calibration``.
+
+    ``calibration`` (a ledger run id, a unique prefix, or a calibration.json path) applies the
+    thresholds fitted on another row (its ``suggested_min_dense`` / ``suggested_weak_dense``,
+    or its learned gate) instead of ``min_dense`` / ``weak_dense``; the row records where its
+    thresholds came from. ``target_false_weak`` / ``target_dropped`` are the rule's targets
+    for the thresholds this row *suggests* (rag/eval/abstention.py).
+    """
+
+    signal: AbstainSignal = AbstainSignal.top_dense
     min_dense: float = 0.45
     weak_dense: float = 0.55
+    target_false_weak: float = 0.10
+    target_dropped: float = 0.02
+    calibration: Optional[str] = None
 
 
 @dataclass
@@ -197,6 +229,8 @@ class EvalConfig:
     depth: int = 40
     # "expected": search each golden query with its own `types` filter (the filters sweep)
     filter: str = "none"
+    # true: evaluate even though the golden set's `corpus:` field names another corpus
+    allow_corpus_mismatch: bool = False
 
 
 @dataclass
@@ -204,8 +238,9 @@ class TrackingConfig:
     """MLflow ledger. ``enabled: false`` evaluates without writing a row (tests, dry runs)."""
 
     enabled: bool = True
-    # sqlite:///RELATIVE is taken from the project root; any other URI is used as given.
-    uri: str = "sqlite:///mlflow.db"
+    # $MLFLOW_TRACKING_URI when set; sqlite:///RELATIVE is taken from paths.output_dir; any
+    # other URI is used as given.
+    uri: str = "${oc.env:MLFLOW_TRACKING_URI,'sqlite:///mlflow.db'}"
     artifact_root: str = "mlartifacts"
     experiment_prefix: str = "rag"
     report_path: str = "reports/ledger.md"
@@ -219,6 +254,8 @@ class IndexConfig:
 
     # a build older than this is still served, flagged stale: true with a warning
     max_age_h: float = 168.0
+    # what precedes a chunk's body in both channels: none | symbol | path_symbol ("path: symbol")
+    header: str = "path_symbol"
 
 
 @dataclass
@@ -228,6 +265,9 @@ class SweepConfig:
     name: Optional[str] = None
     # The override(s) that select the baseline job, e.g. "search.mode=dense".
     baseline: Optional[str] = None
+    # The smallest effect (ΔMRR) worth detecting: a sweep whose minimum detectable effect is
+    # larger is flagged underpowered in the report.
+    min_effect: float = 0.05
 
 
 @dataclass
@@ -248,11 +288,40 @@ class RagConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
 
 
+def default_corpus_name(path: Optional[str], sdist: Optional[str]) -> str:
+    """A corpus's own name: the directory's name for ``path`` (encoded by
+    :func:`rag.names.safe_component` if it is not a safe folder name), else ``name-version``
+    of a pinned sdist requirement (``flask==3.1.3`` -> ``flask-3.1.3``), else the sdist
+    requirement made safe.
+
+    Raises:
+        ValueError: neither is set.
+    """
+    from rag.names import safe_component
+
+    if path:
+        base = Path(str(path)).expanduser().resolve().name or "root"
+        return safe_component(base, what="corpus.name", encode=True)
+    if sdist:
+        req = str(sdist).replace(" ", "")
+        if "==" in req:
+            name, version = req.split("==", 1)
+            return safe_component(f"{name}-{version}", what="corpus.name", encode=True)
+        return safe_component(req, what="corpus.name", encode=True)
+    raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
+
+
 def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore and the ``${rag_root:}`` resolver
-    (the project root, so Hydra's output folders land there whatever the cwd). Idempotent."""
+    """Register the schemas with Hydra's ConfigStore and the resolvers ``${rag_root:}`` (the
+    project root, so Hydra's output folders land there whatever the cwd),
+    ``${rag_output:}`` (``paths.output_dir`` made absolute) and ``${rag_corpus_name:path,sdist}``
+    (:func:`default_corpus_name`). Idempotent."""
     if not OmegaConf.has_resolver("rag_root"):
         OmegaConf.register_new_resolver("rag_root", lambda: str(project_root()))
+    if not OmegaConf.has_resolver("rag_abs"):
+        OmegaConf.register_new_resolver("rag_abs", lambda p: str(expand_path(str(p))))
+    if not OmegaConf.has_resolver("rag_corpus_name"):
+        OmegaConf.register_new_resolver("rag_corpus_name", default_corpus_name)
     cs = ConfigStore.instance()
     cs.store(name="rag_schema", node=RagConfig)
 
@@ -280,18 +349,42 @@ def expand_path(value: str | Path, base: Path | None = None) -> Path:
     return p.resolve()
 
 
-def tracking_uri(uri: str) -> str:
-    """Make a relative ``sqlite:///file`` URI absolute against the project root.
+def tracking_uri(uri: str, base: Path | None = None) -> str:
+    """Make a relative ``sqlite:///file`` URI (or a bare path) absolute against ``base``
+    (default: the project root).
 
     MLflow's own default is ``sqlite:///mlflow.db`` in the *current* directory, which Hydra
     may change; the ledger must not move with it.
     """
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        return prefix + str(expand_path(uri[len(prefix):]))
+        return prefix + str(expand_path(uri[len(prefix):], base=base))
     if "://" not in uri:
-        return str(expand_path(uri))
+        return str(expand_path(uri, base=base))
     return uri
+
+
+def default_tracking_uri(flag: str | None = None) -> str:
+    """The ledger a command reads when ``--tracking-uri`` is not given: ``flag``, else
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` under ``$RAG_OUTPUT_DIR`` (or the
+    project root) — the same store ``python -m rag.run`` writes by default."""
+    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    return tracking_uri(uri, base=expand_path(os.environ.get("RAG_OUTPUT_DIR", ".")))
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    """``paths.output_dir`` as an absolute path."""
+    return expand_path(cfg.paths.output_dir)
+
+
+def output_path(cfg: DictConfig, value: str) -> Path:
+    """A path the run writes (artifacts, reports), relative ones taken from ``paths.output_dir``."""
+    return expand_path(value, base=output_dir(cfg))
+
+
+def ledger_uri(cfg: DictConfig) -> str:
+    """``tracking.uri`` made absolute, a relative sqlite file taken from ``paths.output_dir``."""
+    return tracking_uri(cfg.tracking.uri, base=output_dir(cfg))
 
 
 def validate(cfg: DictConfig) -> None:
@@ -300,6 +393,7 @@ def validate(cfg: DictConfig) -> None:
     Raises:
         ValueError: naming the offending key(s).
     """
+    check_known_keys(cfg)
     if cfg.search.top_k < 1:
         raise ValueError(f"search.top_k must be >= 1, got {cfg.search.top_k}")
     if cfg.search.candidates < cfg.search.top_k:
@@ -313,6 +407,15 @@ def validate(cfg: DictConfig) -> None:
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
             f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
         )
+    a = cfg.abstain
+    for key in ("target_false_weak", "target_dropped"):
+        if not 0.0 <= a[key] < 1.0:
+            raise ValueError(f"abstain.{key} must be in [0, 1), got {a[key]}")
+    if str(getattr(a.signal, "value", a.signal)) == "learned" and not a.calibration:
+        raise ValueError("abstain.signal=learned needs abstain.calibration=<ledger run id or "
+                         "calibration.json>: every row's calibration.json carries a learned gate "
+                         "fitted out-of-fold; a gate fitted here would be scored on its own "
+                         "training queries")
     r = cfg.rerank
     if r.candidates < cfg.search.top_k:
         raise ValueError(f"rerank.candidates ({r.candidates}) must be >= search.top_k ({cfg.search.top_k})")
@@ -328,6 +431,10 @@ def validate(cfg: DictConfig) -> None:
     if t.pairs < 2 or t.held_out < 2 or t.epochs < 1 or t.batch_size < 1 or t.lr <= 0:
         raise ValueError("need rerank.train.pairs >= 2, held_out >= 2, epochs >= 1, batch_size >= 1, "
                          f"lr > 0; got {t.pairs}, {t.held_out}, {t.epochs}, {t.batch_size}, {t.lr}")
+    from rag.index.build import HEADERS
+
+    if cfg.index.header not in HEADERS:
+        raise ValueError(f"index.header must be one of {sorted(HEADERS)}, got {cfg.index.header!r}")
     if cfg.eval.filter not in ("none", "expected"):
         raise ValueError(f"eval.filter must be 'none' or 'expected', got {cfg.eval.filter!r}")
     ks = list(cfg.eval.recall_ks)
@@ -348,6 +455,48 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
 
 
+def _schema_keys(node: Any, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for k, v in node.items_ex(resolve=False):
+        key = f"{prefix}{k}"
+        out.add(key)
+        if isinstance(v, DictConfig):
+            out |= _schema_keys(v, key + ".")
+    return out
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse any key the schema (:class:`RagConfig`) does not declare — e.g. one added with
+    Hydra's ``+`` (``+search.mdoe=bm25``), which struct mode lets through.
+
+    Raises:
+        ValueError: naming the unknown key and the closest known one.
+    """
+    import difflib
+
+    schema = OmegaConf.structured(RagConfig)
+    known = _schema_keys(schema)
+    seen = _schema_keys(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]))
+    unknown = sorted(seen - known, key=lambda k: (k.count("."), k))  # the outermost first
+    if unknown:
+        k = unknown[0]
+        parent = k.rsplit(".", 1)[0] + "." if "." in k else ""
+        siblings = [s for s in known if s.startswith(parent) and s.count(".") == k.count(".")]
+        close = difflib.get_close_matches(k, siblings, n=1, cutoff=0.5)
+        raise ValueError(f"unknown config key {k!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                         + " (the schema is rag/config.py; Hydra's '+' adds keys the schema "
+                         "does not know, and rag refuses them)")
+
+
 def to_container(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config as plain Python (enums as their string values)."""
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def needs_dense(cfg: DictConfig) -> bool:
+    """Whether any stage of the run reads the dense channel: a route other than ``bm25``, or
+    the learned abstention gate (its signals include the top cosine). A BM25-only run embeds
+    nothing."""
+    mode = str(getattr(cfg.search.mode, "value", cfg.search.mode))
+    signal = str(getattr(cfg.abstain.signal, "value", cfg.abstain.signal))
+    return mode != "bm25" or signal == "learned"

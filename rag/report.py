@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
-from rag.config import expand_path, tracking_uri
+from rag.config import default_tracking_uri, expand_path, project_root
+from rag.ledger.mlflow_store import STALE_RUNNING_H, Ledger, LedgerError
 from rag.ledger.report import LedgerRow, render_ledger
+from rag.names import safe_component
 
 
 def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
                  sweep: str | None = None) -> Path:
-    """Read every finished row of the ``prefix-*`` experiments and write the markdown ledger.
+    """Read every row of the ``prefix-*`` experiments and write the markdown ledger: finished
+    rows in the tables, rows that never finished (interrupted) in a section of their own.
 
     Args:
         ledger: an open :class:`rag.ledger.mlflow_store.Ledger` on ``uri`` to reuse.
@@ -20,20 +24,35 @@ def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
 
     Returns:
         ``out_path``.
-    """
-    from rag.ledger.mlflow_store import Ledger
 
-    ledger = ledger or Ledger(uri)
+    Raises:
+        LedgerError: the store cannot be opened or read (one line).
+        OSError: the report cannot be written.
+    """
     import os
     import tempfile
 
+    from mlflow.exceptions import MlflowException
+
+    from rag.ledger.mlflow_store import one_line
+
+    ledger = ledger or Ledger(uri, create=False)
+    from sqlalchemy.exc import SQLAlchemyError
+
     rows: list[LedgerRow] = []
+    unfinished: list[LedgerRow] = []
     parents: dict[str, str] = {}
-    for exp in ledger.experiments(prefix):
-        rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
-        parents.update(ledger.sweep_parents([exp.experiment_id]))
+    try:
+        for exp in ledger.experiments(prefix):
+            rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
+            unfinished += [LedgerRow.from_mlflow(r, exp.name)
+                           for r in ledger.unfinished([exp.experiment_id])]
+            parents.update(ledger.sweep_parents([exp.experiment_id]))
+    except (MlflowException, SQLAlchemyError) as exc:
+        raise LedgerError(f"cannot read the ledger at {uri}: {one_line(exc)}") from exc
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    text = render_ledger(rows, source=uri, sweep=sweep, parents=parents) + "\n"
+    text = render_ledger(rows, source=uri, sweep=sweep, parents=parents,
+                         unfinished=unfinished) + "\n"
     # a unique temporary name: parallel sweep jobs may write the report at the same time
     fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -43,29 +62,84 @@ def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
+    """Command line entry point (``python -m rag.report``, ``rag report``).
+
+    Returns:
+        0; 2 after one ``error:`` line when the store is missing, not a database (or not an
+        MLflow store) or unreadable, or the report cannot be written (argparse's usage errors
+        also exit 2).
+    """
     parser = argparse.ArgumentParser(
         prog="python -m rag.report",
         description="Write the markdown ledger (one row per MLflow run) from the MLflow store.")
-    parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db",
+    parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI; a relative sqlite path is taken from the "
-                             "project root (default: sqlite:///mlflow.db)")
+                             "project root (default: $MLFLOW_TRACKING_URI, else "
+                             "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
     parser.add_argument("--out", default="reports/ledger.md",
                         help="output file, relative to the project root (default: reports/ledger.md)")
     parser.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
     parser.add_argument("--sweep", default=None, metavar="NAME",
                         help="write only this sweep's section, to reports/sweep_NAME.md "
                              "(unless --out is given)")
+    parser.add_argument("--mark-killed-after-h", type=float, nargs="?", default=None,
+                        const=STALE_RUNNING_H, metavar="H",
+                        help="first mark KILLED the rows (and sweep parent runs) still RUNNING "
+                             "more than H hours after they started: left by a killed process "
+                             f"(H default {STALE_RUNNING_H:g}); without it they are only listed "
+                             "as interrupted")
+    parser.add_argument("--experiments", nargs="*", default=None, metavar="FILE",
+                        help="instead of a report, refill the generated sweep tables "
+                             "(<!-- BEGIN GENERATED: sweep NAME --> blocks) of these write-ups "
+                             "(default: every experiments/*.md) from the newest run of each sweep")
     args = parser.parse_args(argv)
-    uri = tracking_uri(args.tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
-        print(f"error: no ledger at {uri}; run `python -m rag.run` first", file=sys.stderr)
-        return 1
+    grace = args.mark_killed_after_h
+    if grace is not None and not (math.isfinite(grace) and grace >= 0):
+        parser.error(f"--mark-killed-after-h must be a number of hours >= 0, not {grace}")
+    uri = default_tracking_uri(args.tracking_uri)
     out = args.out
     if args.sweep and out == "reports/ledger.md":
-        out = f"reports/sweep_{args.sweep}.md"
-    path = write_report(uri, expand_path(out), prefix=args.prefix, sweep=args.sweep)
+        out = f"reports/sweep_{safe_component(args.sweep, what='--sweep', encode=True)}.md"
+    try:  # a store that is missing or not a database, a report that cannot be written: exit 2
+        ledger = Ledger(uri, create=False)
+        if grace is not None:
+            marked = ledger.mark_killed([e.experiment_id for e in ledger.experiments(args.prefix)],
+                                        older_than_h=grace)
+            print(f"marked {len(marked)} run(s) RUNNING for more than {grace:g} h as KILLED"
+                  + (": " + ", ".join(r[:8] for r in marked) if marked else ""))
+        if args.experiments is not None:
+            return _fill_experiments(ledger, uri, args.prefix, args.experiments)
+        path = write_report(uri, expand_path(out), prefix=args.prefix, sweep=args.sweep,
+                            ledger=ledger)
+    except LedgerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write the report {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {path}")
+    return 0
+
+
+def _fill_experiments(ledger, uri: str, prefix: str, files: list[str]) -> int:
+    """``--experiments``: refill the generated blocks; exit 2 naming a sweep with no rows."""
+    from rag.ledger.experiments import ExperimentsError, fill_generated_blocks
+
+    paths = [expand_path(f, base=Path.cwd()) for f in files] if files else \
+        sorted((project_root() / "experiments").glob("*.md"))
+    rows: list[LedgerRow] = []
+    parents: dict[str, str] = {}
+    for exp in ledger.experiments(prefix):
+        rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
+        parents.update(ledger.sweep_parents([exp.experiment_id]))
+    try:
+        done = fill_generated_blocks(paths, rows, source=uri, parents=parents)
+    except (ExperimentsError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for p, names in done.items():
+        if names:
+            print(f"filled {p} ({', '.join(names)})")
     return 0
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rag.config import expand_path, project_root, register_configs, to_container, tracking_uri, validate
+from rag.config import (expand_path, ledger_uri, output_path, project_root, register_configs,
+                        to_container, validate)
 
 log = logging.getLogger("rag.run")
 register_configs()
@@ -79,14 +80,21 @@ def get_embedder(cfg: DictConfig):
     return _EMBEDDERS[key]
 
 
-def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
-    """Build (or reuse, within this process) the index of ``root``."""
+def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True,
+              with_dense: bool | None = None):
+    """Build (or reuse, within this process) the index of ``root``.
+
+    ``with_dense``: embed the chunks (None: only when a stage of the run needs the dense
+    channel, :func:`rag.config.needs_dense`; ``rag index`` always embeds)."""
     from rag.index.build import EmptyCorpusError, build_index
 
     c, b = cfg.corpus, cfg.bm25
     backend = str(getattr(b.backend, "value", b.backend))
-    key = (str(root), embedder.model_id, backend, b.k1, b.b, c.max_file_bytes, c.window_lines,
-           c.window_overlap, tuple(c.github_export or ()))
+    from rag.config import needs_dense
+
+    dense = needs_dense(cfg) if with_dense is None else with_dense
+    key = (str(root), embedder.model_id, dense, cfg.index.header, backend, b.k1, b.b,
+           c.max_file_bytes, c.window_lines, c.window_overlap, tuple(c.github_export or ()))
     if key in _INDEXES:
         index = _INDEXES[key]
         index.stats = {**index.stats, "chunks_embedded": 0, "corpus_read": 0,
@@ -102,7 +110,8 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True):
         except GitHubExportError as exc:
             raise RunError(str(exc)) from exc
     try:
-        index = build_index(root, embedder=embedder, extra_docs=extra,
+        index = build_index(root, embedder=embedder if dense else None, extra_docs=extra,
+                            header=str(cfg.index.header),
                             cache_dir=expand_path(cfg.paths.cache_dir),
                             bm25_backend=backend, k1=b.k1, b=b.b,
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
@@ -141,6 +150,108 @@ def get_reranker(cfg: DictConfig, embedder):
     return _RERANKERS[key]
 
 
+def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: bool) -> None:
+    """Refuse, in one line and before any label is checked against the corpus, a golden set
+    whose ``corpus:`` field names another corpus than the one being evaluated.
+
+    Raises:
+        RunError: the field names another corpus (and ``allow_mismatch`` is false), or the
+            golden directory has no queries file.
+    """
+    import yaml
+
+    from rag.eval.golden import QUERIES_FILE
+
+    qfile = golden_dir / QUERIES_FILE
+    if not qfile.is_file():
+        raise RunError(f"eval.golden_dir={str(golden_dir)!r}: no {QUERIES_FILE} there "
+                       "(point eval.golden_dir at the labels for this corpus)")
+    try:
+        data = yaml.safe_load(qfile.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return  # load_golden reports the syntax error with its line
+    labelled = data.get("corpus") if isinstance(data, dict) else None
+    if labelled and str(labelled) != corpus_name and not allow_mismatch:
+        raise RunError(f"{qfile} labels corpus {str(labelled)!r} but this run evaluates corpus "
+                       f"{corpus_name!r}: pass eval.golden_dir=<labels for {corpus_name}> (or "
+                       "corpus.name=..., or eval.allow_corpus_mismatch=true to accept it)")
+
+
+def load_calibration(ref: str, uri: str) -> tuple[dict[str, Any], str]:
+    """The calibration.json that ``abstain.calibration`` names, and a label of where it came from.
+
+    Args:
+        ref: a calibration.json path, or a ledger run id (or unique prefix) in the store ``uri``.
+
+    Raises:
+        RunError: no such file or row, the row has no calibration.json, or it is not JSON.
+    """
+    path = Path(ref).expanduser()
+    try:
+        if path.is_file():
+            return json.loads(path.read_text()), f"file:{path.resolve()}"
+        if os.sep in ref or ref.endswith(".json"):
+            raise RunError(f"abstain.calibration={ref!r}: no such file")
+        from rag.ledger.mlflow_store import Ledger
+
+        ledger = Ledger(uri)
+        run_id = ledger.resolve_run_id(ref)
+        return json.loads(ledger.download_text(run_id, "calibration.json")), f"run:{run_id}"
+    except RunError:
+        raise
+    except LookupError as exc:
+        raise RunError(f"abstain.calibration={ref!r}: {exc} (ledger {uri})") from None
+    except ValueError as exc:
+        raise RunError(f"abstain.calibration={ref!r}: not a calibration JSON ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - MLflow's errors for a missing artifact vary
+        raise RunError(f"abstain.calibration={ref!r}: cannot read its calibration.json "
+                       f"({type(exc).__name__}: {exc})") from None
+
+
+def abstention_setup(cfg: DictConfig, options):
+    """(search options, learned gate or None, tags) with the abstention the config asks for.
+
+    ``abstain.calibration`` unset: the configured bands (source ``config``). Set: the bands
+    suggested by, or the learned gate of, that calibration (source ``transferred``); the tags
+    name it and the thresholds applied.
+
+    Raises:
+        RunError: the calibration cannot be read or has no thresholds for the chosen signal.
+    """
+    from dataclasses import replace
+
+    from rag.search.signals import LearnedGate
+
+    a = cfg.abstain
+    signal = str(getattr(a.signal, "value", a.signal))
+    tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
+    if not a.calibration:
+        tags.update(abstain_min=str(options.min_dense), abstain_weak=str(options.weak_dense))
+        return options, None, tags
+    cal, source = load_calibration(str(a.calibration), ledger_uri(cfg))
+    tags.update(abstain_thresholds_source="transferred", abstain_calibration_from=source)
+    if signal == "learned":
+        if "learned_gate" not in cal:
+            raise RunError(f"abstain.calibration={a.calibration!r} has no learned gate (it needs "
+                           "two or more signals measured on every query and >= 2 queries of each kind)")
+        try:
+            gate = LearnedGate.from_dict(cal["learned_gate"])
+        except ValueError as exc:
+            raise RunError(f"abstain.calibration={a.calibration!r}: {exc}") from None
+        tags.update(abstain_min=str(gate.min_score), abstain_weak=str(gate.weak_score),
+                    abstain_gate_features=",".join(gate.features))
+        return options, gate, tags
+    if "suggested_weak_dense" not in cal:
+        raise RunError(f"abstain.calibration={a.calibration!r} has no dense thresholds "
+                       "(was the dense channel measured on that row?)")
+    lo = cal.get("suggested_min_dense")
+    lo = -1.0 if lo is None else float(lo)  # None: the rule drops nothing
+    hi = cal.get("suggested_weak_dense")
+    hi = lo if hi is None else max(float(hi), lo)
+    tags.update(abstain_min=str(lo), abstain_weak=str(hi))
+    return replace(options, min_dense=lo, weak_dense=hi), None, tags
+
+
 def per_query_csv(rows: list[dict[str, Any]]) -> str:
     """The per-query table as CSV (union of columns, in first-seen order)."""
     cols: list[str] = []
@@ -154,12 +265,15 @@ def per_query_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
-              stats: dict[str, Any], out=sys.stdout) -> None:
-    """Print the ledger row just added: flags, every headline metric, and index stats."""
+              stats: dict[str, Any], calibration: dict[str, Any] | None = None,
+              abstention: dict[str, str] | None = None, out=sys.stdout) -> None:
+    """Print the ledger row just added: flags, the ranking half (before abstention), the
+    returned half (after abstention), the abstention calibration, latency and index stats."""
     ks = list(cfg.eval.recall_ks)
     mode = getattr(cfg.search.mode, "value", cfg.search.mode)
     prose = getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)
     p = lambda k: metrics.get(k, float("nan"))  # noqa: E731
+    abstention = abstention or {}
 
     def ms(k: str, digits: int = 1) -> str:
         v = metrics.get(k)
@@ -169,16 +283,24 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
           f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
           f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
-          f"min_dense={cfg.abstain.min_dense} weak_dense={cfg.abstain.weak_dense}", file=out)
+          f"abstain={abstention.get('abstain_signal', 'top_dense')} "
+          f"[{abstention.get('abstain_min', cfg.abstain.min_dense)}, "
+          f"{abstention.get('abstain_weak', cfg.abstain.weak_dense)}] "
+          f"({abstention.get('abstain_thresholds_source', 'config')}"
+          + (f" from {abstention['abstain_calibration_from']}"
+             if abstention.get("abstain_calibration_from") else "") + ")", file=out)
     print(f"  positives {int(p('n_positives'))}  negatives {int(p('n_negatives'))}", file=out)
-    print("  " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
-    print("  " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
-    print(f"  MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
-          f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}", file=out)
-    print(f"  answer_support@top_k {p('answer_support_rate'):.3f}  abstain_rate "
-          f"{p('abstain_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  "
+    print(f"  ranking (before abstention, to depth {cfg.eval.depth}):", file=out)
+    print("    " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
+    print("    " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
+    print(f"    MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
+          f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}  "
           f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
           f"{p('candidate_pool_recall'):.3f}", file=out)
+    print("  returned (after abstention, top_k):", file=out)
+    print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
+          f"{p('dropped_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  abstain_rate "
+          f"(negatives) {p('abstain_rate'):.3f}", file=out)
     gates = sorted({k.split("/")[1] for k in metrics if k.startswith("rerank_gate/")}, key=float)
     if gates:
         print("  rerank gate (evaluated, not applied): " + "  ".join(
@@ -189,10 +311,8 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
           f"{ms('latency_embed_query_p50_ms')}, dense {ms('latency_dense_p50_ms', 2)}, bm25 "
           f"{ms('latency_bm25_p50_ms', 2)}, fusion {ms('latency_fusion_p50_ms', 3)}, rerank "
           f"{ms('latency_rerank_p50_ms')}", file=out)
-    print(f"  calibration (dense channel, every query): positive_min_top_dense {p('calibration/positive_min_top_dense'):.3f}  "
-          f"negative_max_top_dense {p('calibration/negative_max_top_dense'):.3f}  "
-          f"suggested min_dense {p('calibration/suggested_min_dense'):.2f} "
-          f"weak_dense {p('calibration/suggested_weak_dense'):.2f}", file=out)
+    for line in calibration_lines(calibration or {}):
+        print("  " + line, file=out)
     how = ("reused in this process" if stats.get("index_reused")
            else "chunks loaded from the chunk store, no file read" if not stats.get("corpus_read")
            else "corpus read and chunked")
@@ -211,6 +331,45 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
               if f"{k}_delta" in metrics]
     if deltas:
         print("  vs sweep baseline: " + "  ".join(deltas), file=out)
+    if "mrr_mde" in metrics:
+        mde = metrics["mrr_mde"]
+        print(f"  minimum detectable effect (paired, alpha 0.05, power 0.8, "
+              f"{int(metrics.get('paired_queries', 0))} positives): MRR {mde:.3f}  Recall@8 "
+              f"{metrics.get('recall_at_8_mde', float('nan')):.3f}"
+              + (f"  UNDERPOWERED (> sweep.min_effect {cfg.sweep.min_effect:g})"
+                 if mde > cfg.sweep.min_effect else ""), file=out)
+
+
+def calibration_lines(cal: dict[str, Any]) -> list[str]:
+    """The abstention calibration as printable lines: the rule and target, then per signal its
+    AUC, overlap, chosen threshold and achieved rates with 95% CIs, or a plain statement that
+    no threshold meets the target."""
+    if not cal.get("signals"):
+        return [f"abstention calibration: {cal.get('message', 'not measured')}"]
+    lines = [f"abstention calibration (rule: {cal['rule']}, target {cal['target_false_weak']:g}; "
+             f"drop floor target {cal['target_dropped']:g}):"]
+    for name, c in cal["signals"].items():
+        w = c["weak"]
+        where = "" if name != "learned" else " [out-of-fold]"
+        head = (f"  {name:17} AUC {c['auc']:.3f}  overlap {'yes' if c['overlap'] else 'no '}  ")
+        if c["met_target"]:
+            lines.append(head + f"weak < {w['threshold']:.4g}: abstain {w['abstain_rate']:.3f} "
+                         f"[{w['abstain_ci'][0]:.2f}, {w['abstain_ci'][1]:.2f}]  false_weak "
+                         f"{w['false_weak_rate']:.3f} [{w['false_weak_ci'][0]:.2f}, "
+                         f"{w['false_weak_ci'][1]:.2f}]" + where)
+        else:
+            lines.append(head + c["message"] + where)
+    if cal.get("overlap") is not None:
+        lines.append(f"  top_dense overlap: {'yes' if cal['overlap'] else 'no'} (positive_min "
+                     f"{cal['positive_min_top_dense']:.3f}, negative_max "
+                     f"{cal['negative_max_top_dense']:.3f}); suggested min_dense "
+                     f"{_fmt(cal.get('suggested_min_dense'))} weak_dense "
+                     f"{_fmt(cal.get('suggested_weak_dense'))}")
+    return lines
+
+
+def _fmt(v: float | None) -> str:
+    return "none (drop nothing)" if v is None else f"{v:.3f}"
 
 
 def _sweep_context() -> dict[str, Any]:
@@ -262,12 +421,19 @@ def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, 
     return tags
 
 
-def _import_mlflow() -> None:
+def open_ledger(cfg: DictConfig):
+    """The :class:`rag.ledger.mlflow_store.Ledger` of ``tracking.uri``, created if new.
+
+    Raises:
+        RunError: ``cannot open the ledger at URI: reason`` (not a database, a directory that
+            cannot be made, a server that does not answer, ...).
+    """
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+
     try:
-        import mlflow.entities  # noqa: F401
-        import mlflow.tracking  # noqa: F401
-    except Exception:  # noqa: BLE001 - the real import later reports any problem
-        pass
+        return Ledger(ledger_uri(cfg), output_path(cfg, cfg.tracking.artifact_root))
+    except LedgerError as exc:
+        raise RunError(str(exc)) from None
 
 
 def run_job(cfg: DictConfig) -> dict[str, float]:
@@ -287,17 +453,17 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     t_start = time.perf_counter()
-    if cfg.tracking.enabled:
-        # MLflow takes seconds to import; do it while the model runs (torch releases the GIL).
-        import threading
-
-        threading.Thread(target=_import_mlflow, daemon=True).start()
     try:
         validate(cfg)
     except ValueError as exc:
         raise RunError(str(exc)) from exc
+    # the ledger is opened (created, migrated) before any work, so that a store that cannot
+    # be reached fails the run now, in one line, not after the whole evaluation
+    ledger = open_ledger(cfg) if cfg.tracking.enabled else None
     root = corpus_root(cfg)
     golden_dir = expand_path(cfg.eval.golden_dir, base=project_root())
+    check_golden_corpus(golden_dir, str(cfg.corpus.name),
+                        allow_mismatch=bool(cfg.eval.allow_corpus_mismatch))
     embedder = get_embedder(cfg)
     index = get_index(cfg, root, embedder)
     try:
@@ -305,12 +471,15 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
     reranker = get_reranker(cfg, embedder)
-    pipeline = SearchPipeline(index, SearchOptions.from_config(cfg), reranker=reranker)
+    options, gate, abstention_tags = abstention_setup(cfg, SearchOptions.from_config(cfg))
+    pipeline = SearchPipeline(index, options, reranker=reranker, gate=gate)
     result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
                       use_expected_types=cfg.eval.filter == "expected",
                       gate_thresholds=[float(x) for x in cfg.rerank.gate_thresholds]
-                      if reranker is not None else ())
+                      if reranker is not None else (),
+                      target_false_weak=float(cfg.abstain.target_false_weak),
+                      target_dropped=float(cfg.abstain.target_dropped))
     metrics = dict(result.metrics)
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
               "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",
@@ -325,28 +494,40 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     run_id = None
     t = cfg.tracking
     if t.enabled:
-        from rag.ledger.mlflow_store import Ledger, git_commit, params_from_config
+        from rag.ledger.mlflow_store import LedgerError, git_commit, params_from_config
         from rag.report import write_report
 
         container = to_container(cfg)
-        uri = tracking_uri(t.uri)
-        ledger = Ledger(uri, expand_path(t.artifact_root))
+        uri = ledger.uri
         artifacts = {
             "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
             "per_query.csv": per_query_csv(result.per_query),
             "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
             "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
         }
+        if "learned_gate" in result.calibration:
+            artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
+                                                           indent=2) + "\n"
+        import tempfile
+
+        from rag.eval.abstention import plot_calibration
+
+        plot_dir = Path(tempfile.mkdtemp(prefix="rag-plot-"))
+        if result.calibration.get("signals"):
+            artifacts["calibration.png"] = plot_calibration(
+                result.calibration, result.per_query, plot_dir / "calibration.png")
         commit = git_commit(project_root())
         ctx = _sweep_context()
         tags = {
             "git_commit": commit,
             "corpus": cfg.corpus.name,
             "corpus_root": str(root),
+            "hydra_overrides": json.dumps(ctx.get("overrides", [])),
             "corpus_fingerprint": index.corpus_fingerprint,
             "golden_fingerprint": golden.fingerprint,
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
+            **abstention_tags,
             **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
                if reranker is not None else {}),
             "mlflow.source.git.commit": commit.removesuffix("-dirty"),
@@ -367,19 +548,24 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                 deadline=deadline, failed_marker=marker)
             metrics.update(sig)
             tags.update(sig_tags)
-        run_id = ledger.log_row(experiment=experiment,
-                                run_name=t.run_name or tags.get("sweep_job"), params=params_from_config(container),
-                                metrics=metrics, tags=tags, artifacts=artifacts)
-        print_row(run_id, cfg, metrics, index.stats)
+        try:
+            run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
+                                    params=params_from_config(container), metrics=metrics,
+                                    tags=tags, artifacts=artifacts)
+        finally:
+            import shutil
+
+            shutil.rmtree(plot_dir, ignore_errors=True)
+        print_row(run_id, cfg, metrics, index.stats, result.calibration, abstention_tags)
         print(f"  ledger: {uri}")
         try:
-            report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix,
+            report = write_report(uri, output_path(cfg, t.report_path), prefix=t.experiment_prefix,
                                   ledger=ledger)
             print(f"  report: {report}")
-        except OSError as exc:  # the row is logged; only the report could not be written
+        except (OSError, LedgerError) as exc:  # the row is logged; only the report is not
             print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)
     else:
-        print_row(None, cfg, metrics, index.stats)
+        print_row(None, cfg, metrics, index.stats, result.calibration, abstention_tags)
     return metrics
 
 

@@ -4,6 +4,7 @@ the same flags) that the ledger measured."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -25,6 +26,64 @@ def compose_config(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
+def omegaconf_literal(value: str) -> str:
+    """``value`` escaped so that OmegaConf reads it back verbatim: every ``${`` becomes
+    ``\\${`` (and the backslashes right before it are doubled), so a directory literally
+    named ``${oc.env:HOME}`` stays that name instead of being interpolated."""
+    return re.sub(r"(\\*)(\$\{)", lambda m: m.group(1) * 2 + "\\${", value)
+
+
+def set_corpus_dir(cfg, path: Path, *, keep_name: bool = False) -> None:
+    """Point ``cfg`` (a composed config) at the directory ``path`` as data, never through the
+    override grammar: ``corpus.path`` is ``path`` (escaped, see :func:`omegaconf_literal`),
+    ``corpus.sdist`` is cleared, and unless ``keep_name`` ``corpus.name`` is the directory's
+    own name made safe (:func:`rag.names.safe_component` with ``encode=True``: ``flask`` stays
+    ``flask``, ``a,b`` becomes ``a_b-<hash>``)."""
+    from rag.names import safe_component
+
+    cfg.corpus.path = omegaconf_literal(str(path))
+    cfg.corpus.sdist = None
+    if not keep_name:
+        cfg.corpus.name = safe_component(path.name or "root", what="corpus.name", encode=True)
+
+
+def corpus_name(cfg) -> str:
+    """``corpus.name`` checked as a folder name: no interpolation (but the schema's own
+    default, if it is one), no ``..``, separators, ...
+
+    Raises:
+        ValueError: naming the key and the value (see :func:`rag.names.safe_component`).
+    """
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from rag.config import CorpusConfig
+    from rag.names import safe_component
+
+    if OmegaConf.is_interpolation(cfg.corpus, "name"):
+        raw = OmegaConf.to_container(cfg.corpus, resolve=False)["name"]
+        default = {f.name: f.default for f in dataclasses.fields(CorpusConfig)}["name"]
+        if raw != default:
+            raise ValueError(f"corpus.name={raw!r} cannot be used as a folder name: it is an "
+                             "interpolation (${...})")
+    return safe_component(str(cfg.corpus.name), what="corpus.name")
+
+
+def corpus_identity(cfg) -> dict[str, str]:
+    """The manifest fields that identify the configured corpus: ``corpus_root`` (the resolved
+    ``corpus.path``, as :func:`rag.run.corpus_root` resolves it) or ``corpus_sdist``."""
+    from rag.config import expand_path
+
+    if cfg.corpus.path:
+        return {"corpus_root": str(expand_path(cfg.corpus.path, base=Path.cwd()))}
+    return {"corpus_sdist": str(cfg.corpus.sdist)}
+
+
+def _has_override(overrides: list[str], key: str) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
+
+
 def cli_error(exc: BaseException) -> None:
     """Turn a bad-input error — a RunError, a ValueError, or a Hydra/OmegaConf composition
     error naming the bad override — into ``SystemExit("error: ...")``; re-raise anything else."""
@@ -35,14 +94,20 @@ def cli_error(exc: BaseException) -> None:
     raise exc
 
 
-def _load(overrides: list[str], *, publish: bool = False, strict: bool = True):
+def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
+          corpus_dir: Path | None = None):
     """(cfg, index, manifest): the published index of the configured corpus.
+
+    ``corpus_dir`` (``-r DIR`` / ``--path DIR``) is set on the composed config as data
+    (:func:`set_corpus_dir`); ``corpus.name`` from it unless ``overrides`` set one. The index
+    lives under :func:`rag.index.versioned.index_dir` keyed by the corpus name and the resolved
+    directory (or sdist), so two directories that share a name never share an index.
 
     With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build.
     Otherwise the current build is loaded — no corpus read — and refused if its embedder or
     dimension differs from the config (with ``strict=False`` the error is returned in the
-    manifest's ``refused`` field instead of raised); with no build yet, one is built and
-    published first.
+    manifest's ``refused`` field instead of raised); with no build yet, or a build recorded
+    for another corpus directory, one is built and published first.
     """
     import logging
 
@@ -54,25 +119,34 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
         cfg = compose_config(overrides)
+        if corpus_dir is not None:
+            set_corpus_dir(cfg, corpus_dir, keep_name=_has_override(overrides, "corpus.name"))
         validate(cfg)
+        name = corpus_name(cfg)  # refused before anything is created
+        identity = corpus_identity(cfg)
+        source = identity.get("corpus_root") or identity["corpus_sdist"]
+        root_dir = versioned.index_dir(expand_path(cfg.paths.cache_dir), name, source)
         embedder = get_embedder(cfg)
-        root_dir = versioned.index_dir(expand_path(cfg.paths.cache_dir), cfg.corpus.name)
         backend = str(getattr(cfg.bm25.backend, "value", cfg.bm25.backend))
         if not publish:
             try:
                 index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
-                                                         k1=cfg.bm25.k1, b=cfg.bm25.b)
+                                                         k1=cfg.bm25.k1, b=cfg.bm25.b,
+                                                         expect=identity)
                 return cfg, index, manifest
             except versioned.NoIndexError:
                 pass  # first use: build and publish below
+            except versioned.CorpusMismatchError as exc:
+                print(f"warning: {exc}; rebuilding it for this corpus", file=sys.stderr)
             except versioned.IndexMismatchError as exc:
                 if strict:
                     raise RunError(str(exc)) from exc
                 return cfg, None, {"refused": str(exc)}
         root = corpus_root(cfg)
-        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty())
+        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
         versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
-                          normalized=bool(cfg.embedder.normalize), corpus_root=str(root))
+                          normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
+                          corpus_sdist=identity.get("corpus_sdist"))
         return cfg, index, versioned.read_manifest(root_dir)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
@@ -87,12 +161,10 @@ def search_command(args: Namespace) -> int:
         overrides.append(f"search.mode={args.mode}")
     if args.top_k is not None:
         overrides.append(f"search.top_k={args.top_k}")
-    if args.corpus:
-        path = Path(args.corpus).expanduser().resolve()
-        overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
+    path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
         raise SystemExit("error: empty query")
-    cfg, index, manifest = _load(overrides)
+    cfg, index, manifest = _load(overrides, corpus_dir=path)
     opts = SearchOptions.from_config(cfg)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
@@ -132,10 +204,8 @@ def index_command(args: Namespace) -> int:
     overrides = list(args.overrides)
     if getattr(args, "corpus", None):
         overrides.append(f"corpus={args.corpus}")
-    if args.path:
-        path = Path(args.path).expanduser().resolve()
-        overrides += [f"corpus.path={path}", f"corpus.name={path.name}"]
-    cfg, index, manifest = _load(overrides, publish=True)
+    path = Path(args.path).expanduser().resolve() if args.path else None
+    cfg, index, manifest = _load(overrides, publish=True, corpus_dir=path)
     s = index.stats
     how = "unchanged since the last build: chunks loaded from the chunk store" \
         if not s.get("corpus_read") else "corpus read and chunked"

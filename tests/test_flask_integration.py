@@ -83,3 +83,9 @@ def test_flask_main_job_metrics_in_range(flask_root, compose, embedder, monkeypa
     ks = [1, 3, 5, 8, 10, 20, 40]
     assert [metrics[f"recall_at_{k}"] for k in ks] == sorted(metrics[f"recall_at_{k}"] for k in ks)
     assert metrics["index/chunks_truncated_share"] > 0
+    # Anserini-style regression: the default row matches golden/flask/expected.yaml
+    from rag.eval.expected import check_expected, load_expected
+
+    header, expectations = load_expected(PROJECT / "golden/flask/expected.yaml")
+    assert header["overrides"] == [] and len(expectations) >= 8
+    assert check_expected(metrics, expectations) == []

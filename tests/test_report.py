@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rag.ledger.report import LedgerRow, render_ledger
 
 
@@ -32,7 +34,7 @@ def test_sweep_section_with_holm_marks():
     # Holm over Recall@8 p = [0.03, 0.9]: 0.06 (no mark), 0.9
     assert "+0.050 (p 0.060)" in text and "+0.000 (p 0.900)" in text
     only = render_ledger(rows, source="sqlite:///x", sweep="routing")
-    assert "Single runs" not in only and only.count("| `") == 3
+    assert "Single runs" not in only and len(re.findall(r"^\| `[0-9a-f]{8}`", only, flags=re.M)) == 3
     assert "No rows for sweep `topk`" in render_ledger(rows, source="s", sweep="topk")
 
 
@@ -59,3 +61,97 @@ def test_rerank_sweep_shows_pool_recall_and_gate_table():
     other = render_ledger([_row("c" * 32, 1, sweep="routing", job="search.mode=bm25", baseline=True,
                                 candidate_pool_recall=0.5)], source="s")
     assert "candidate pool" not in other and "Abstention gate" not in other
+
+
+def test_unfinished_rows_are_listed_with_their_start_time_and_state():
+    h = 3_600_000
+    running = LedgerRow(run_id="e" * 32, experiment="rag-x", run_name="", start_time_ms=0,
+                        tags={"sweep_name": "routing", "sweep_job": "search.mode=bm25"},
+                        status="RUNNING")
+    killed = LedgerRow(run_id="f" * 32, experiment="rag-x", run_name="old", start_time_ms=h,
+                       status="KILLED")
+    failed = LedgerRow(run_id="0" * 32, experiment="rag-y", run_name="bad", start_time_ms=2 * h,
+                       status="FAILED")
+    done = _row("d" * 32, 0)
+    text = render_ledger([done], source="s", unfinished=[failed, killed, running],
+                         now_ms=int(2.5 * h))
+    assert "## Unfinished rows" in text and "3 ledger rows never finished" in text
+    table = text[text.index("| run | experiment |"):text.index("# rag-x")]
+    assert table.splitlines()[2:5] == [
+        "| `eeeeeeee` | rag-x | search.mode=bm25 | 1970-01-01 00:00 | interrupted: RUNNING for 2.5 h |",
+        "| `ffffffff` | rag-x | old | 1970-01-01 01:00 | interrupted: marked KILLED |",
+        "| `00000000` | rag-y | bad | 1970-01-01 02:00 | failed while logging |"]
+    assert "`dddddddd`" in text[text.index("## Single runs"):]  # the finished row, in its table
+    # a sweep's section lists only that sweep's unfinished rows, even with no finished row
+    only = render_ledger([], source="s", sweep="routing", unfinished=[running, killed],
+                         now_ms=int(2.5 * h))
+    assert "1 ledger row never finished" in only and "`eeeeeeee`" in only
+    assert "`ffffffff`" not in only and "No rows for sweep `routing`" in only
+    assert "Unfinished rows" not in render_ledger([done], source="s")
+
+
+def _ledger_with_interrupted_rows(tmp_path):
+    """A store with one finished row, one RUNNING for 30 h and one RUNNING since now."""
+    import time
+
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ledger = Ledger(uri, tmp_path / "art")
+    done = ledger.log_row(experiment="rag-shop", run_name="done", params={"search.mode": "bm25"},
+                          metrics={"mrr": 0.5}, tags={"corpus": "shop"}, artifacts={})
+    exp = ledger.experiment_id("rag-shop")
+    now = int(time.time() * 1000)
+    old = ledger.client.create_run(exp, start_time=now - 30 * 3_600_000, run_name="killed-job",
+                                   tags={"corpus": "shop"}).info.run_id
+    fresh = ledger.client.create_run(exp, run_name="just-started",
+                                     tags={"corpus": "shop"}).info.run_id
+    return uri, ledger, done, old, fresh
+
+
+def test_report_shows_interrupted_rows_and_marks_them_killed_after_the_grace_period(tmp_path,
+                                                                                   capsys):
+    import datetime as dt
+
+    from rag.report import main
+
+    uri, ledger, done, old, fresh = _ledger_with_interrupted_rows(tmp_path)
+    out = tmp_path / "ledger.md"
+    assert main(["--tracking-uri", uri, "--out", str(out)]) == 0
+    text = out.read_text()
+    started = dt.datetime.fromtimestamp(ledger.client.get_run(old).info.start_time / 1000,
+                                        tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    assert f"| `{old[:8]}` | rag-shop | killed-job | {started} | interrupted: RUNNING for 30.0 h |" in text
+    assert f"`{fresh[:8]}`" in text and f"`{done[:8]}` done" in text
+    assert ledger.client.get_run(old).info.status == "RUNNING"  # a report alone edits nothing
+
+    # default grace period (24 h): only the row RUNNING for 30 h is marked
+    assert main(["--tracking-uri", uri, "--out", str(out), "--mark-killed-after-h"]) == 0
+    assert f"marked 1 run(s) RUNNING for more than 24 h as KILLED: {old[:8]}" in capsys.readouterr().out
+    statuses = {r: ledger.client.get_run(r).info.status for r in (done, old, fresh)}
+    assert statuses == {done: "FINISHED", old: "KILLED", fresh: "RUNNING"}
+    text = out.read_text()
+    assert f"| `{old[:8]}` | rag-shop | killed-job | {started} | interrupted: marked KILLED |" in text
+    assert "2 ledger rows never finished" in text
+
+    assert main(["--tracking-uri", uri, "--out", str(out), "--mark-killed-after-h", "0"]) == 0
+    assert ledger.client.get_run(fresh).info.status == "KILLED"
+
+
+def test_report_on_a_store_that_is_not_a_database_is_one_error_line(tmp_path, capsys):
+    from rag.cli import main as rag_main
+    from rag.report import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    out = tmp_path / "ledger.md"
+    for run in (lambda a: main(a), lambda a: rag_main(["report", *a])):
+        assert run(["--tracking-uri", f"sqlite:///{notes}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"error: cannot open the ledger at sqlite:///{notes}: {notes} is not an "
+                       "SQLite database"]
+    missing = tmp_path / "missing.db"
+    assert main(["--tracking-uri", f"sqlite:///{missing}", "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not out.exists() and not missing.exists()
+    assert notes.read_text() == "not a database\n"

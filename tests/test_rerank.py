@@ -45,3 +45,33 @@ def test_late_interaction_reranks_the_candidate_pool(fixture_repo, embedder, tmp
     again = LateInteractionReranker(embedder, tmp_path / "tok")
     again._encode = None  # would fail if called for chunks
     assert len(again.token_embeddings([chunk])) == 1
+
+
+def test_late_interaction_reranker_serves_other_threads(fixture_repo, embedder, tmp_path):
+    """rag serve runs requests on a thread pool: the token cache opened in one thread must
+    answer in another (it raised sqlite3.ProgrammingError, a 500)."""
+    import threading
+
+    from rag.index.build import build_index
+    from rag.search.rerank import LateInteractionReranker
+
+    index = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    rr = LateInteractionReranker(embedder, tmp_path / "tok")
+    rr.score("refund money", index.chunks[:3])  # fills the (float16) cache
+    here = rr.score("refund money", index.chunks[:3])  # read back from it, as the threads will
+    got: list = []
+    errors: list = []
+
+    def work():
+        try:
+            got.append(rr.score("refund money", index.chunks[:3]))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all(g == pytest.approx(here) for g in got) and len(got) == 3

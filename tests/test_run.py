@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import sqlite3
@@ -63,7 +65,10 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     golden = load_golden(fixture_golden)
     assert run.data.tags["golden_fingerprint"] == golden.fingerprint
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
-    assert names == ["calibration.json", "config.yaml", "per_query.csv", "run.trec"]
+    assert names == ["calibration.json", "calibration.png", "config.yaml", "per_query.csv",
+                     "run.trec"]
+    png = Path(client.download_artifacts(run.info.run_id, "calibration.png", str(tmp_path)))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     local = Path(client.download_artifacts(run.info.run_id, "calibration.json", str(tmp_path)))
     cal = json.loads(local.read_text())
     per_query = Path(client.download_artifacts(run.info.run_id, "per_query.csv", str(tmp_path)))
@@ -84,11 +89,17 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     # second run: everything comes from the embedding cache
     monkeypatch.setattr(run_mod, "_INDEXES", {})
     again = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                  "search.mode=bm25")))
+                                                  "search.mode=dense")))
     assert again["index/chunks_embedded"] == 0
     assert again["index/chunks_from_cache"] == metrics["index/chunks"]
-    assert len(client.search_runs([exp.experiment_id])) == 2
-    assert (tmp_path / "ledger.md").read_text().count("| `") == 2
+    # a BM25-only run needs no dense channel: it embeds nothing, not even from the cache
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    lexical = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
+                                                    "search.mode=bm25")))
+    assert lexical["index/chunks_embedded"] == 0 and lexical["index/chunks_from_cache"] == 0
+    assert lexical["mrr"] > 0 and "abstention/top_dense/auc" not in lexical
+    assert len(client.search_runs([exp.experiment_id])) == 3
+    assert len(re.findall(r"^\| `[0-9a-f]{8}`", (tmp_path / "ledger.md").read_text(), flags=re.M)) == 3
 
 
 def test_missing_label_path_fails_and_writes_no_row(tmp_path, fixture_repo, fixture_golden):
@@ -219,3 +230,26 @@ def test_chunk_store_skips_reading_an_unchanged_corpus(tmp_path, fixture_repo):
     # other chunker settings are a different store
     fourth = build_index(fixture_repo, **{**kw, "window_lines": 30})
     assert fourth.stats["corpus_read"] == 1
+
+
+def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_golden, compose,
+                                                 embedder, monkeypatch):
+    """Issue 11: only abstain.* changes -> every ranking metric bit-identical, the returned
+    half differs (one positive's top cosine is below the raised floor)."""
+    import rag.run as run_mod
+
+    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
+    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    base = run_overrides(tmp_path, fixture_repo, fixture_golden, "search.mode=dense",
+                         "tracking.enabled=false")
+    low = run_mod.run_job(compose(base + ["abstain.min_dense=0", "abstain.weak_dense=0"]))
+    pos_min = low["calibration/positive_min_top_dense"]
+    high = run_mod.run_job(compose(base + [f"abstain.min_dense={pos_min + 1e-4:.6f}",
+                                           "abstain.weak_dense=0.99"]))
+    ranking = [k for k in low if k.startswith(("recall_at_", "hit_at_", "ndcg_at_", "mrr",
+                                               "prose/", "symbol/", "docs/"))]
+    assert "mrr" in ranking and "recall_at_8" in ranking and "ndcg_at_10" in ranking
+    assert {k: low[k] for k in ranking} == {k: high[k] for k in ranking}
+    assert low["dropped_rate"] == 0.0 and high["dropped_rate"] == pytest.approx(1 / 3)
+    assert low["abstain_rate"] == 0.0 and high["abstain_rate"] == 1.0
+    assert high["answer_support_rate"] == pytest.approx(low["answer_support_rate"] - 1 / 3)

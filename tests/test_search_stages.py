@@ -261,3 +261,105 @@ def test_backends_agree_on_top10_order():
     # a query made only of words in more than half of the docs has no lexical hit
     common = " ".join(w for w, n in df.items() if n > 20)
     assert common and a.search(common, 10) == [] and b.search(common, 10) == []
+
+
+# --------------------------------------------------------------------------- BM25: empty results
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_doc_freq_counts_chunks_by_hand(backend: str):
+    ch = build_bm25(SMALL, backend=backend)
+    # alpha in docs 0, 1, 2, 4; zeta twice in doc 2 only (a chunk counts once)
+    assert [ch.scorer.doc_freq(t) for t in ("alpha", "zeta", "omega", "nothing")] == [4, 1, 1, 0]
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_empty_reason_names_the_cause(backend: str):
+    ch = build_bm25(SMALL, backend=backend)
+    assert ch.empty_reason("unknownword") == \
+        "no lexical match: no query term occurs in the corpus"
+    assert ch.empty_reason("the and of").startswith("no lexical match: the query has no "
+                                                     "searchable term")
+    # 'alpha' is in 4 of 5 chunks: IDF 0
+    assert ch.empty_reason("alpha") == ("all terms too common: every query term found occurs "
+                                        "in at least half of the 5 chunks, where BM25's IDF is 0")
+    # a term that occurs nowhere does not turn a too-common one into "no match"
+    assert ch.empty_reason("alpha unknownword").startswith("all terms too common")
+    # 'zeta' would score; only a filter that leaves doc 2 out explains an empty result
+    mask = np.array([True, True, False, True, True])
+    assert ch.empty_reason("zeta", mask).startswith("no lexical match in the selected types")
+
+
+# 1, 2 and 3 one-line chunks; the identifier is in the first only. Its four tokens
+# (handleauthcallback, handle, auth, callback) have n = 1:
+#   N = 1: idf = ln(0.5 / 1.5) < 0 -> 0;  N = 2: idf = ln(1.5 / 1.5) = 0;
+#   N = 3: idf = ln(2.5 / 1.5) = 0.5108256, chunk 0 has 5 tokens (+ 'registers'), the others 3
+#   and 3 -> avgdl = 11/3; per term 0.5108256 * 2.5 / (1 + 1.5 * (0.25 + 0.75 * 5 / (11/3)))
+#   = 1.2770640 / 2.9090909 = 0.4389908, and four terms: 1.7559631
+TINY = ["handleAuthCallback registers", "something else entirely", "another plain document"]
+TINY_SCORE = 4 * math.log(2.5 / 1.5) * 2.5 / (1 + 1.5 * (0.25 + 0.75 * 5 / (11 / 3)))
+
+
+def test_tiny_constant():
+    assert TINY_SCORE == pytest.approx(1.7559631, abs=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+@pytest.mark.parametrize("n_chunks", [1, 2, 3])
+def test_tiny_corpora_identifier_in_one_chunk(backend: str, n_chunks: int):
+    ch = build_bm25(TINY[:n_chunks], backend=backend)
+    hits = ch.search("handleAuthCallback", 10)
+    if n_chunks < 3:
+        assert hits == []
+        assert ch.empty_reason("handleAuthCallback") == (
+            "all terms too common: every query term found occurs in at least half of the "
+            f"{n_chunks} chunks, where BM25's IDF is 0")
+    else:
+        assert [i for i, _ in hits] == [0]
+        assert hits[0][1] == pytest.approx(TINY_SCORE, rel=1e-6)
+    assert ch.search("missingword", 10) == []
+    assert ch.empty_reason("missingword") == "no lexical match: no query term occurs in the corpus"
+
+
+def _tiny_index(tmp_path, files: dict[str, str]):
+    from rag.index.build import build_index
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return build_index(tmp_path, embedder=None, cache_dir=None, progress=False)
+
+
+@pytest.mark.parametrize("n_files", [1, 2, 3])
+def test_pipeline_empty_lexical_result_has_a_reason(tmp_path, n_files: int):
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    files = {"alpha.txt": "def handleAuthCallback(): registers\n",
+             "beta.txt": "something else entirely\n",
+             "gamma.txt": "another plain document\n"}
+    index = _tiny_index(tmp_path, dict(list(files.items())[:n_files]))
+    assert len(index.chunks) == n_files   # one window per file
+    pipe = SearchPipeline(index, SearchOptions(mode="bm25"))
+    res = pipe.search("handleAuthCallback")
+    if n_files < 3:
+        assert res.hits == [] and res.reason == (
+            "all terms too common: every query term found occurs in at least half of the "
+            f"{n_files} chunks, where BM25's IDF is 0")
+    else:
+        assert [h.path for h in res.hits] == ["alpha.txt"] and res.reason is None
+    res = pipe.search("zzzabsent")
+    assert res.hits == [] and res.reason == "no lexical match: no query term occurs in the corpus"
+    res = pipe.search("what is the")   # stopwords only
+    assert res.hits == [] and res.reason.startswith("no lexical match: the query has no")
+
+
+def test_pipeline_reason_under_a_type_filter(tmp_path):
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    # 4 chunks; the identifier is only in the documentation file (n = 1: it would score)
+    index = _tiny_index(tmp_path, {"a.py": "x = 1\n", "b.py": "y = 2\n", "c.py": "z = 3\n",
+                                   "notes.txt": "handleAuthCallback is documented here\n"})
+    res = SearchPipeline(index, SearchOptions(mode="bm25", types=("source",))).search(
+        "handleAuthCallback")
+    assert res.hits == [] and res.reason.startswith("no lexical match in the selected types")
+    res = SearchPipeline(index, SearchOptions(mode="bm25")).search("handleAuthCallback")
+    assert [h.path for h in res.hits] == ["notes.txt"] and res.reason is None

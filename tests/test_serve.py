@@ -1,5 +1,6 @@
 """rag serve: POST /search with overrides, 422s that name the field, and logs that never hold
-the query text. One test drives FastAPI in process; one starts `rag serve` on 127.0.0.1."""
+the query text (malformed requests included). One test drives FastAPI in process; one starts
+`rag serve` on 127.0.0.1. Hostile input in depth: test_serve_bad_input.py."""
 
 from __future__ import annotations
 
@@ -51,10 +52,28 @@ def test_search_with_overrides_and_validation(client, caplog):
     assert client.post("/search", json={"query": "a" * 5000}).status_code == 422
     assert client.post("/search", json={"query": "x", "min_dense": 0.9, "weak_dense": 0.1}).status_code == 422
     client.post("/search", json={"query": marker})
+    # malformed requests carrying the marker: 4xx naming the field, the value never echoed,
+    # and the marker in no log record of any logger (tracebacks included)
+    caplog.set_level(logging.DEBUG)
+    raw = {"min_dense": b'{"query": "quokka", "min_dense": NaN}',
+           "weak_dense": b'{"query": "quokka", "weak_dense": Infinity}',
+           "query": b'{"query": "quokka\\ud800"}',
+           "types": b'{"query": "quokka", "types": ["quokka"]}'}
+    for field, body in raw.items():
+        r = client.post("/search", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][:2] == ["body", field], r.text
+        assert "quokka" not in r.text
+    r = client.post("/search", json={"query": "quokka " * 3_000_000})  # 21 MB
+    assert r.status_code == 413 and r.json()["detail"][0]["type"] == "body_too_large"
+    assert "quokka" not in r.text
+    assert client.post("/search", json={"query": "refund money"}).status_code == 200
     lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "rag.serve"]
     assert lines and all("query" not in line for line in lines)
     assert any(line.get("query_chars") == len(marker) for line in lines)
+    # topk, mode, "" and the 5000-character query above, then the four above and the 413
+    assert [line["status"] for line in lines if line["event"] == "rejected"] == [422] * 8 + [413]
     assert "quokka" not in caplog.text
+    assert not any(rec.exc_info for rec in caplog.records)
     assert client.get("/health").json()["status"] == "ok"
     rr = client.post("/search", json={"query": "refund money", "rerank": True, "mode": "dense",
                                       "min_dense": 0.0, "weak_dense": 0.0})
@@ -81,10 +100,16 @@ def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(bad, timeout=30)
         assert err.value.code == 422
+        for body in (b'{"query": "zebra", "min_dense": NaN}', b'{"query": "zebra\\ud800"}'):
+            bad = urllib.request.Request(f"{base}/search", method="POST", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(bad, timeout=30)
+            assert err.value.code == 422 and b"zebra" not in err.value.read()
     finally:
         out = process.stop(proc)
     assert '"query_chars": 18' in out
-    assert "zebra" not in out
+    assert "zebra" not in out and "Traceback" not in out
 
 
 def test_bench_serve_section_on_fixture(fixture_repo, tmp_path, monkeypatch):

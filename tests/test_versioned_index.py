@@ -67,3 +67,94 @@ def test_age_and_stale_flag_in_service(built, embedder, tmp_path, compose, fixtu
     r = refusing.post("/search", json={"query": "refund"})
     assert r.status_code == 409 and "requested 'b'" in r.json()["detail"]
     assert refusing.get("/health").json()["status"] == "refusing"
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".", "${oc.env:HOME}", "a\0b", "",
+                                  "a\\b", ".hidden"])
+def test_index_dir_refuses_names_that_are_not_one_safe_folder(tmp_path, name):
+    with pytest.raises(ValueError) as err:
+        versioned.index_dir(tmp_path / "cache", name, "/src/tiny")
+    assert f"corpus.name={name!r}" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_index_dir_is_keyed_by_name_and_corpus_source(tmp_path):
+    from rag.names import digest
+
+    cache = tmp_path / "cache"
+    assert versioned.index_dir(cache, "flask-3.1.3") == cache / "indexes" / "flask-3.1.3"
+    a = versioned.index_dir(cache, "tiny", "/a/tiny")
+    b = versioned.index_dir(cache, "tiny", "/b/tiny")
+    assert a == cache / "indexes" / f"tiny-{digest('/a/tiny')}" and len(digest("/a/tiny")) == 8
+    assert a != b and a.parent == b.parent == cache / "indexes"
+    assert versioned.index_dir(cache, "tiny", "/a/tiny") == a  # deterministic
+
+
+def test_load_refuses_a_build_of_another_corpus(built, embedder, tmp_path):
+    root = tmp_path / "idx"
+    versioned.publish(built, root, embedder_id=embedder.model_id, dim=embedder.dim,
+                      normalized=True, corpus_root="/a/tiny")
+    manifest = versioned.read_manifest(root)
+    assert manifest["corpus_root"] == "/a/tiny" and manifest["corpus_sdist"] is None
+    assert manifest["corpus_fingerprint"] == built.corpus_fingerprint
+    _, ok = versioned.load_current(root, embedder, expect={"corpus_root": "/a/tiny"})
+    assert ok["build_id"] == manifest["build_id"]
+    with pytest.raises(versioned.CorpusMismatchError) as err:
+        versioned.load_current(root, embedder, expect={"corpus_root": "/b/tiny"})
+    assert "corpus_root: index '/a/tiny', requested '/b/tiny'" in str(err.value)
+    with pytest.raises(versioned.CorpusMismatchError):
+        versioned.load_current(root, embedder, expect={"corpus_sdist": "flask==3.1.3"})
+
+
+def test_clean_up_deletes_only_its_own_builds(built, embedder, tmp_path):
+    root = tmp_path / "idx"
+    builds = root / "builds"
+    kw = dict(embedder_id=embedder.model_id, dim=embedder.dim, normalized=True, corpus_root="/x")
+    first = versioned.publish(built, root, **kw)
+    # things under builds/ that publish did not make, and must never delete
+    foreign = builds / "my-notes"
+    (foreign / "sub").mkdir(parents=True)
+    (foreign / "sub" / "keep.txt").write_text("mine")
+    no_manifest = builds / "20000101T000000-abcdef"
+    no_manifest.mkdir()
+    (no_manifest / "data.bin").write_bytes(b"x")
+    wrong_id = builds / "20000101T000001-abcdef"
+    wrong_id.mkdir()
+    (wrong_id / "manifest.json").write_text(json.dumps({"build_id": "20000101T000009-000000",
+                                                        "built_at": 0}))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "manifest.json").write_text(json.dumps({"build_id": "20000101T000002-abcdef",
+                                                       "built_at": 0}))
+    (builds / "20000101T000002-abcdef").symlink_to(outside, target_is_directory=True)
+    linked_manifest = builds / "20000101T000003-abcdef"
+    linked_manifest.mkdir()
+    (linked_manifest / "manifest.json").symlink_to(outside / "manifest.json")
+
+    second = versioned.publish(built, root, keep=1, **kw)
+    # with keep=1 the previous current build survives this publish (a reader may hold it)...
+    assert first.is_dir() and second.is_dir()
+    third = versioned.publish(built, root, keep=1, **kw)
+    # ...and goes at the next one; the new build and the current one are never deleted
+    assert not first.exists() and second.is_dir() and third.is_dir()
+    assert (root / "current").resolve() == third.resolve()
+    assert versioned.read_manifest(root)["build_id"] == third.name
+    assert (foreign / "sub" / "keep.txt").read_text() == "mine"
+    assert (no_manifest / "data.bin").read_bytes() == b"x"
+    assert wrong_id.is_dir() and linked_manifest.is_dir()
+    assert (builds / "20000101T000002-abcdef").is_symlink() and (outside / "manifest.json").is_file()
+    assert sorted(p.name for p in versioned._own_builds(builds)) == sorted([second.name, third.name])
+
+
+def test_clean_up_never_deletes_the_new_build(built, embedder, tmp_path):
+    """A proven build that sorts after the new one (a clock set back) does not make publish
+    delete the build it just made current."""
+    root = tmp_path / "idx"
+    kw = dict(embedder_id=embedder.model_id, dim=embedder.dim, normalized=True, corpus_root="/x")
+    future = versioned.publish(built, root, **kw)
+    mf = future / "manifest.json"
+    mf.write_text(json.dumps({**json.loads(mf.read_text()), "built_at": time.time() + 1e6}))
+    new = versioned.publish(built, root, keep=1, **kw)
+    assert new.is_dir() and versioned.read_manifest(root)["build_id"] == new.name
+    index, _ = versioned.load_current(root, embedder, expect={"corpus_root": "/x"})
+    assert len(index.chunks) == len(built.chunks)

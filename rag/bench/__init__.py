@@ -121,7 +121,7 @@ def load_context(overrides: list[str]) -> Context:
         validate(cfg)
         embedder = get_embedder(cfg)
         root = corpus_root(cfg)
-        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty())
+        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
     queries, golden = GENERIC_QUERIES, False

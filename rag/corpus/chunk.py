@@ -3,6 +3,21 @@
 A :class:`Chunk` is the unit that is indexed and returned. Its ``content_hash`` is the
 SHA-256 of :attr:`Chunk.indexed_text` (a ``path: symbol`` header plus the body), which is
 what both channels see, so the embedding cache can be keyed on it.
+
+Every chunker bounds its chunks (:func:`bound_chunk`), by characters and at line ends:
+
+* a line longer than :data:`MAX_LINE_CHARS` (a minified bundle, a data blob, a paragraph
+  without line breaks) is cut into pieces of at most that many characters, each piece its own
+  chunk with ``start_line == end_line ==`` that line, and id ``path:L-L@OFFSET`` (OFFSET: the
+  piece's 0-based character offset in line L);
+* the remaining lines of a chunk longer than :data:`MAX_CHUNK_CHARS` are packed, in order,
+  into consecutive chunks of at most that many characters, cut only at line ends.
+
+A chunk within both bounds is exactly what the chunker made before the bounds existed
+(``CHUNKER_VERSION`` 1): in Flask 3.1.3 and in this repository the largest chunk has 20,392
+characters and the longest line 3,629, so their chunks are unchanged. Without the bounds a
+1 MB one-line file was one 1 MB chunk, and the embedder's tokenizer encodes a whole text
+before truncating it (README, "Limits").
 """
 
 from __future__ import annotations
@@ -15,7 +30,17 @@ from typing import Iterable, Iterator
 
 from rag.corpus.walk import Document
 
-CHUNKER_VERSION = "1"
+# 2: long lines and oversized chunks are split (bound_chunk); other chunks are as in 1
+CHUNKER_VERSION = "2"
+
+#: No chunk holds more characters than this. Above the largest ordinary chunk measured
+#: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).
+MAX_CHUNK_CHARS = 32_768
+
+#: A line longer than this is cut into pieces of at most this many characters. No line of
+#: Flask 3.1.3 or of this repository is longer than 3,629 characters; a piece holds about
+#: 1,000-2,000 word pieces of minified code, several times what the embedder reads (256).
+MAX_LINE_CHARS = 4_096
 
 
 @dataclass(frozen=True)
@@ -23,7 +48,8 @@ class Chunk:
     """One indexed unit.
 
     Attributes:
-        id: stable id ``path:start_line-end_line`` (unique within a corpus).
+        id: stable id ``path:start_line-end_line`` (unique within a corpus); a piece of a
+            long line adds ``@OFFSET``, its character offset in the line.
         path: corpus-relative POSIX path.
         symbol: qualified Python symbol (``Flask.make_response``), ``<module>`` for a module's
             remaining top-level code, a section title for Markdown/reST, or None for windows.
@@ -55,12 +81,133 @@ def _header(path: str, symbol: str | None) -> str:
 
 
 def make_chunk(doc: Document, *, symbol: str | None, start: int, end: int, kind: str,
-               text: str) -> Chunk:
-    """Build a chunk of ``doc`` and compute its id and content hash."""
+               text: str, offset: int | None = None) -> Chunk:
+    """Build a chunk of ``doc`` and compute its id and content hash.
+
+    ``offset`` is given for a piece of a long line only: the piece's 0-based character offset
+    in its line, appended to the id as ``@OFFSET`` so the pieces of one line have distinct ids.
+    """
     digest = hashlib.sha256((_header(doc.path, symbol) + text).encode("utf-8")).hexdigest()
-    return Chunk(id=f"{doc.path}:{start}-{end}", path=doc.path, symbol=symbol, start_line=start,
+    cid = f"{doc.path}:{start}-{end}" + (f"@{offset}" if offset is not None else "")
+    return Chunk(id=cid, path=doc.path, symbol=symbol, start_line=start,
                  end_line=end, category=doc.category, kind=kind, text=text,
                  content_hash=digest)
+
+
+# --------------------------------------------------------------------------- bounds
+
+_TERMINATOR = re.compile(r"(?:\r\n|\r|\n)\Z")
+# the last whitespace character of a window, and the last character that never joins an
+# identifier in the BM25 tokenizer (rag/index/tokenize.py joins letters, digits, _ . / -)
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
+_LAST_SEPARATOR = re.compile(r"[^A-Za-z0-9_./\-](?=[A-Za-z0-9_./\-]*\Z)")
+
+
+def _check_bounds(max_chunk_chars: int, max_line_chars: int) -> None:
+    if not 16 <= max_line_chars <= max_chunk_chars:
+        raise ValueError("need 16 <= max_line_chars <= max_chunk_chars, got "
+                         f"{max_line_chars}, {max_chunk_chars}")
+
+
+def split_long_line(line: str, max_chars: int = MAX_LINE_CHARS) -> list[str]:
+    """Cut one line into consecutive pieces of at most ``max_chars`` characters.
+
+    The pieces concatenate to ``line``; its terminator (``\\n``, ``\\r\\n`` or ``\\r``) stays
+    whole at the end of the last piece. Each cut falls in the second half of its window: after
+    the window's last whitespace, else after its last character that cannot be part of an
+    identifier (so a word or dotted name is not split when there is any other place to cut),
+    else exactly at ``max_chars`` characters.
+
+    Raises:
+        ValueError: ``max_chars`` < 16.
+    """
+    if max_chars < 16:
+        raise ValueError(f"need max_chars >= 16, got {max_chars}")
+    if len(line) <= max_chars:
+        return [line]
+    m = _TERMINATOR.search(line)
+    term = m.group(0) if m else ""
+    body = line[:len(line) - len(term)]
+    limit = max_chars - len(term)  # the last piece must still hold the terminator
+    pieces: list[str] = []
+    pos = 0
+    while len(body) - pos > limit:
+        lo, hi = pos + limit // 2, pos + limit
+        cut = hi
+        for pattern in (_LAST_SPACE, _LAST_SEPARATOR):
+            found = pattern.search(body, lo, hi)
+            if found:
+                cut = found.end()
+                break
+        pieces.append(body[pos:cut])
+        pos = cut
+    pieces.append(body[pos:] + term)
+    return pieces
+
+
+def bound_chunk(doc: Document, numbered: list[tuple[int, str]], *, symbol: str | None,
+                kind: str, max_chunk_chars: int = MAX_CHUNK_CHARS,
+                max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
+    """The chunk made of ``numbered`` lines, or its bounded parts when it is too big.
+
+    Args:
+        doc: the document.
+        numbered: (1-based line number, line with its ending) pairs, in order; the numbers need
+            not be consecutive (a class chunk leaves out its methods' lines).
+        symbol, kind: given to every chunk made.
+        max_chunk_chars, max_line_chars: the bounds (see the module docstring).
+
+    Returns:
+        ``[]`` for blank text; one chunk, exactly as an unbounded chunker makes it
+        (``start_line`` the first number, ``end_line`` the last, the lines joined), when the
+        text has at most ``max_chunk_chars`` characters and no line longer than
+        ``max_line_chars``; otherwise, in order, a chunk per non-blank piece of every long line
+        (:func:`split_long_line`) and the other lines packed greedily into chunks of at most
+        ``max_chunk_chars`` characters, cut only at line ends. No returned chunk is longer than
+        ``max_chunk_chars`` characters.
+
+    Raises:
+        ValueError: bounds outside ``16 <= max_line_chars <= max_chunk_chars``.
+    """
+    _check_bounds(max_chunk_chars, max_line_chars)
+    if not numbered:
+        return []
+    total = sum(len(line) for _, line in numbered)
+    if total <= max_chunk_chars and all(len(line) <= max_line_chars for _, line in numbered):
+        text = "".join(line for _, line in numbered)
+        if not text.strip():
+            return []
+        return [make_chunk(doc, symbol=symbol, start=numbered[0][0], end=numbered[-1][0],
+                           kind=kind, text=text)]
+    out: list[Chunk] = []
+    run: list[tuple[int, str]] = []
+    size = 0
+
+    def flush() -> None:
+        text = "".join(line for _, line in run)
+        if text.strip():
+            out.append(make_chunk(doc, symbol=symbol, start=run[0][0], end=run[-1][0],
+                                  kind=kind, text=text))
+        run.clear()
+
+    for number, line in numbered:
+        if len(line) > max_line_chars:
+            flush()
+            size = 0
+            offset = 0
+            for piece in split_long_line(line, max_line_chars):
+                if piece.strip():
+                    out.append(make_chunk(doc, symbol=symbol, start=number, end=number,
+                                          kind=kind, text=piece, offset=offset))
+                offset += len(piece)
+            continue
+        if run and size + len(line) > max_chunk_chars:
+            flush()
+            size = 0
+        run.append((number, line))
+        size += len(line)
+    flush()
+    return out
 
 
 # --------------------------------------------------------------------------- Python
@@ -82,26 +229,36 @@ def _span(node: ast.AST) -> tuple[int, int]:
     return start, node.end_lineno  # type: ignore[attr-defined]
 
 
-def _lines_text(lines: list[str], line_numbers: Iterable[int]) -> str:
-    return "".join(lines[i - 1] for i in line_numbers)
+def _numbered(lines: list[str], line_numbers: Iterable[int]) -> list[tuple[int, str]]:
+    return [(i, lines[i - 1]) for i in line_numbers]
 
 
-def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10) -> list[Chunk]:
+def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
+                 max_chunk_chars: int = MAX_CHUNK_CHARS,
+                 max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
     """Chunk a Python file by symbol.
 
     One chunk per top-level function, per class (its header, docstring and attributes, i.e.
     the class minus its methods and nested classes), per method (``Class.method``, nested
     classes give ``Outer.Inner.method``), and one ``<module>`` chunk with the remaining
     top-level lines. Functions nested in functions stay inside their parent. A file that does
-    not parse falls back to line windows.
+    not parse falls back to line windows. Each chunk is bounded by :func:`bound_chunk`, so a
+    long symbol or line can give several chunks with the same symbol.
     """
+    _check_bounds(max_chunk_chars, max_line_chars)
     try:
         tree = ast.parse(doc.text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
+        return chunk_windows(doc, window_lines=window_lines, overlap=overlap,
+                             max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
     lines = split_lines(doc.text)
     chunks: list[Chunk] = []
     covered: set[int] = set()
+
+    def add(symbol: str, kind: str, line_numbers: Iterable[int]) -> None:
+        chunks.extend(bound_chunk(doc, _numbered(lines, line_numbers), symbol=symbol, kind=kind,
+                                  max_chunk_chars=max_chunk_chars,
+                                  max_line_chars=max_line_chars))
 
     def visit_class(node: ast.ClassDef, prefix: str) -> None:
         qual = f"{prefix}{node.name}"
@@ -110,34 +267,25 @@ def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10) ->
         for child in node.body:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 cs, ce = _span(child)
-                chunks.append(make_chunk(doc, symbol=f"{qual}.{child.name}", start=cs, end=ce,
-                                         kind="method",
-                                         text=_lines_text(lines, range(cs, ce + 1))))
+                add(f"{qual}.{child.name}", "method", range(cs, ce + 1))
                 inner.update(range(cs, ce + 1))
             elif isinstance(child, ast.ClassDef):
                 cs, ce = _span(child)
                 visit_class(child, f"{qual}.")
                 inner.update(range(cs, ce + 1))
-        own = [i for i in range(start, end + 1) if i not in inner]
-        text = _lines_text(lines, own)
-        if text.strip():
-            chunks.append(make_chunk(doc, symbol=qual, start=own[0], end=own[-1], kind="class",
-                                     text=text))
+        add(qual, "class", [i for i in range(start, end + 1) if i not in inner])
 
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             s, e = _span(node)
-            chunks.append(make_chunk(doc, symbol=node.name, start=s, end=e, kind="function",
-                                     text=_lines_text(lines, range(s, e + 1))))
+            add(node.name, "function", range(s, e + 1))
             covered.update(range(s, e + 1))
         elif isinstance(node, ast.ClassDef):
             s, e = _span(node)
             visit_class(node, "")
             covered.update(range(s, e + 1))
     rest = [i for i in range(1, len(lines) + 1) if i not in covered and lines[i - 1].strip()]
-    if rest:
-        chunks.append(make_chunk(doc, symbol="<module>", start=rest[0], end=rest[-1],
-                                 kind="module", text=_lines_text(lines, rest)))
+    add("<module>", "module", rest)
     chunks.sort(key=lambda c: (c.start_line, c.end_line))
     return chunks
 
@@ -149,7 +297,7 @@ _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _RST_ADORNMENT = re.compile(r"^([=\-~^\"'`*+#:.<>_])\1{2,}\s*$")
 
 
-def _section_starts_markdown(lines: list[str]) -> list[tuple[int, str]]:
+def _section_starts_markdown(lines: list[str], max_title: int) -> list[tuple[int, str]]:
     starts: list[tuple[int, str]] = []
     fence: str | None = None  # the opening fence run, e.g. "```" or "~~~~"
     for i, line in enumerate(lines):
@@ -161,18 +309,21 @@ def _section_starts_markdown(lines: list[str]) -> list[tuple[int, str]]:
             elif run[0] == fence[0] and len(run) >= len(fence) and not line.strip()[len(run):]:
                 fence = None  # CommonMark: closed only by the same character, at least as long
             continue
-        m = None if fence else _MD_HEADING.match(line)
+        # a line too long to be one chunk is text, never a title (every chunk of a section
+        # repeats its title in the indexed header)
+        m = None if fence or len(line) > max_title else _MD_HEADING.match(line)
         if m:
             starts.append((i, m.group(2).strip()))
     return starts
 
 
-def _section_starts_rst(lines: list[str]) -> list[tuple[int, str]]:
+def _section_starts_rst(lines: list[str], max_title: int) -> list[tuple[int, str]]:
     starts = []
     i = 0
     while i < len(lines) - 1:
         title, under = lines[i].rstrip("\n"), lines[i + 1].rstrip("\n")
-        if title.strip() and not _RST_ADORNMENT.match(title) and _RST_ADORNMENT.match(under) \
+        if title.strip() and len(lines[i]) <= max_title and not _RST_ADORNMENT.match(title) \
+                and _RST_ADORNMENT.match(under) \
                 and len(under.strip()) >= len(title.strip()) and not title.startswith(" "):
             has_over = i > 0 and _RST_ADORNMENT.match(lines[i - 1].rstrip("\n") or "")
             starts.append((i - 1 if has_over else i, title.strip()))
@@ -183,16 +334,21 @@ def _section_starts_rst(lines: list[str]) -> list[tuple[int, str]]:
 
 
 def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
-                   overlap: int = 10) -> list[Chunk]:
+                   overlap: int = 10, max_chunk_chars: int = MAX_CHUNK_CHARS,
+                   max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
     """Chunk Markdown (ATX ``#`` headings) or reST (underlined titles) by section.
 
     The symbol is the section title; text before the first heading becomes a chunk whose
-    symbol is None. A file with no heading falls back to line windows.
+    symbol is None. A file with no heading falls back to line windows. Each section is
+    bounded by :func:`bound_chunk` (a giant paragraph gives several chunks of its section).
     """
+    _check_bounds(max_chunk_chars, max_line_chars)
     lines = split_lines(doc.text)
-    starts = _section_starts_rst(lines) if rst else _section_starts_markdown(lines)
+    starts = (_section_starts_rst(lines, max_line_chars) if rst
+              else _section_starts_markdown(lines, max_line_chars))
     if not starts:
-        return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
+        return chunk_windows(doc, window_lines=window_lines, overlap=overlap,
+                             max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
     bounds: list[tuple[int, int, str | None]] = []
     if starts[0][0] > 0:
         bounds.append((0, starts[0][0], None))
@@ -201,51 +357,92 @@ def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
         bounds.append((s, e, title))
     out = []
     for s, e, title in bounds:
-        text = "".join(lines[s:e])
-        if text.strip():
-            out.append(make_chunk(doc, symbol=title, start=s + 1, end=e, kind="section", text=text))
+        out.extend(bound_chunk(doc, _numbered(lines, range(s + 1, e + 1)), symbol=title,
+                               kind="section", max_chunk_chars=max_chunk_chars,
+                               max_line_chars=max_line_chars))
     return out
 
 
 # --------------------------------------------------------------------------- windows
 
 
-def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10) -> list[Chunk]:
+def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10,
+                  max_chunk_chars: int = MAX_CHUNK_CHARS,
+                  max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
     """Fixed windows of ``window_lines`` lines, consecutive windows sharing ``overlap`` lines.
 
+    A line longer than ``max_line_chars`` is never inside a window: it is cut into piece
+    chunks of its own (:func:`split_long_line`), and the lines between long lines are windowed
+    as if each stretch were a file of its own (its first window starts at its first line).
+    A window longer than ``max_chunk_chars`` characters is split at line ends
+    (:func:`bound_chunk`); a chunk id that an overlapping window already produced is not
+    repeated.
+
     Raises:
-        ValueError: ``overlap`` is not smaller than ``window_lines``.
+        ValueError: ``overlap`` is not smaller than ``window_lines``, or bounds outside
+            ``16 <= max_line_chars <= max_chunk_chars``.
     """
     if not 0 <= overlap < window_lines:
         raise ValueError(f"need 0 <= overlap < window_lines, got {overlap}, {window_lines}")
+    _check_bounds(max_chunk_chars, max_line_chars)
     lines = split_lines(doc.text)
-    out, step = [], window_lines - overlap
-    for s in range(0, max(len(lines), 1), step):
-        e = min(s + window_lines, len(lines))
-        text = "".join(lines[s:e])
-        if text.strip():
-            out.append(make_chunk(doc, symbol=None, start=s + 1, end=e, kind="window", text=text))
-        if e >= len(lines):
-            break
+    out: list[Chunk] = []
+    seen: set[str] = set()
+
+    def emit(chunks: list[Chunk]) -> None:
+        for c in chunks:
+            if c.id not in seen:
+                seen.add(c.id)
+                out.append(c)
+
+    def window(first: int, last: int) -> None:  # 0-based line indices, last exclusive
+        step = window_lines - overlap
+        for s in range(first, last, step):
+            e = min(s + window_lines, last)
+            emit(bound_chunk(doc, _numbered(lines, range(s + 1, e + 1)), symbol=None,
+                             kind="window", max_chunk_chars=max_chunk_chars,
+                             max_line_chars=max_line_chars))
+            if e >= last:
+                break
+
+    stretch = 0  # first line of the current stretch of ordinary lines
+    for i, line in enumerate(lines):
+        if len(line) > max_line_chars:
+            window(stretch, i)
+            emit(bound_chunk(doc, [(i + 1, line)], symbol=None, kind="window",
+                             max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars))
+            stretch = i + 1
+    window(stretch, len(lines))
     return out
 
 
-def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10) -> list[Chunk]:
-    """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol, ``.md``/``.rst`` by section."""
+def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10,
+                   max_chunk_chars: int = MAX_CHUNK_CHARS,
+                   max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
+    """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol, ``.md``/``.rst`` by section.
+
+    Every path bounds its chunks (``max_chunk_chars``, ``max_line_chars``: see
+    :func:`bound_chunk`).
+    """
     name = doc.path.lower()
+    opts = dict(window_lines=window_lines, overlap=overlap, max_chunk_chars=max_chunk_chars,
+                max_line_chars=max_line_chars)
     if doc.category in ("issue", "pull_request"):  # title heading + body, Markdown
-        return chunk_sections(doc, rst=False, window_lines=window_lines, overlap=overlap)
+        return chunk_sections(doc, rst=False, **opts)
     if name.endswith((".py", ".pyi")):
-        return chunk_python(doc, window_lines=window_lines, overlap=overlap)
+        return chunk_python(doc, **opts)
     if name.endswith((".md", ".markdown")):
-        return chunk_sections(doc, rst=False, window_lines=window_lines, overlap=overlap)
+        return chunk_sections(doc, rst=False, **opts)
     if name.endswith(".rst"):
-        return chunk_sections(doc, rst=True, window_lines=window_lines, overlap=overlap)
-    return chunk_windows(doc, window_lines=window_lines, overlap=overlap)
+        return chunk_sections(doc, rst=True, **opts)
+    return chunk_windows(doc, **opts)
 
 
-def chunk_documents(docs: Iterable[Document], *, window_lines: int = 60,
-                    overlap: int = 10) -> Iterator[Chunk]:
-    """Chunk every document in order."""
+def chunk_documents(docs: Iterable[Document], *, window_lines: int = 60, overlap: int = 10,
+                    max_chunk_chars: int = MAX_CHUNK_CHARS,
+                    max_line_chars: int = MAX_LINE_CHARS) -> Iterator[Chunk]:
+    """Chunk every document in order (see :func:`chunk_document`)."""
     for doc in docs:
-        yield from chunk_document(doc, window_lines=window_lines, overlap=overlap)
+        yield from chunk_document(doc, window_lines=window_lines, overlap=overlap,
+                                  max_chunk_chars=max_chunk_chars,
+                                  max_line_chars=max_line_chars)

@@ -20,7 +20,13 @@ class CorpusFetchError(RuntimeError):
 
 
 def _slug(requirement: str) -> str:
-    return requirement.replace("==", "-").replace("/", "_").replace(" ", "")
+    """The folder name of a requirement's unpacked sdist: ``flask==3.1.3`` -> ``flask-3.1.3``;
+    anything that is not a safe folder name (``..``, a separator) is encoded
+    (:func:`rag.names.safe_component`), so it never leaves ``corpora/``."""
+    from rag.names import safe_component
+
+    return safe_component(requirement.replace("==", "-").replace(" ", ""), what="corpus.sdist",
+                          encode=True)
 
 
 def fetch_sdist(requirement: str, cache_dir: Path) -> Path:

@@ -1,8 +1,15 @@
 """The evaluator: run every golden and negative query through a pipeline and score it.
 
-Produces the per-query table, the aggregate metrics (overall and per tag), negatives'
-abstain_rate, positives' false_weak_rate, latency percentiles per stage, calibration, and the
-run as a mapping ready for a TREC run file.
+Two halves, never mixed (DESIGN.md §5):
+
+* **ranking** (before abstention): Recall@k, hit@k, MRR, nDCG@k on the ranking to
+  ``depth``; no abstention band or gate can change them.
+* **returned** (after abstention, what a caller receives): ``answer_support_rate``,
+  ``dropped_rate``, ``false_weak_rate`` (positives) and ``abstain_rate`` (negatives).
+
+Also: the per-query table (with each query's ``returned_as``: returned / weak / dropped / empty),
+latency percentiles per stage, the abstention calibration (:mod:`rag.eval.abstention`), and
+the run as a mapping ready for a TREC run file.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
-from rag.eval.calibration import calibrate
+from rag.eval.abstention import calibrate_abstention
 from rag.eval.golden import GoldenQuery, GoldenSet
 from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
 from rag.search.pipeline import STAGES, Hit, SearchPipeline
@@ -26,7 +33,7 @@ class EvalResult:
     Attributes:
         metrics: flat name -> value (MLflow-legal names; per tag as ``<tag>/recall_at_8``).
         per_query: one row per query (positives then negatives).
-        calibration: see :func:`rag.eval.calibration.calibrate`.
+        calibration: see :func:`rag.eval.abstention.calibrate_abstention`.
         run: query id -> {doc id -> score} after collapsing to the first chunk per doc id.
     """
 
@@ -55,25 +62,41 @@ def collapse(hits: Sequence[Hit], query: GoldenQuery | None) -> dict[str, float]
     return out
 
 
+RETURNED_AS = ("returned", "weak", "dropped", "empty")
+
+
+def returned_as(res) -> str:
+    """What the caller received: ``dropped`` (the floor removed every hit), ``empty`` (no hit
+    at all: no lexical match, or a filter left nothing), ``weak`` (hits flagged weak_match), or
+    ``returned``."""
+    if not res.hits:
+        return "dropped" if res.dropped else "empty"
+    return "weak" if res.weak_match else "returned"
+
+
 def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence[int],
              ndcg_k: int, depth: int, progress: bool = True,
              use_expected_types: bool = False,
-             gate_thresholds: Sequence[float] = ()) -> EvalResult:
+             gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
+             target_dropped: float = 0.02) -> EvalResult:
     """Evaluate ``pipeline`` on ``golden``.
 
     With ``use_expected_types`` each positive that has ``types`` is searched with that type
     filter; ``filter_false_negative_rate`` is the share of those queries whose filter excludes
     the category of every relevant document (the filter hid the answer).
 
-    ``abstain_rate`` = share of negatives with no hit or a ``weak_match`` result;
-    ``false_weak_rate`` = share of positives with no hit (dropped by the floor, or an empty
-    BM25 route) or a ``weak_match`` result.
+    Ranking half: metrics on the ranked list down to ``depth`` distinct units (collapsed by
+    doc id) *before* abstention, averaged over positives (a positive with no ranking scores 0).
 
-    Ranking metrics are computed on the ranked list down to ``depth`` distinct paths (collapsed
-    by doc id) and averaged over positives; ``answer_support_rate`` is the share of positives
-    with a relevant doc among the ``top_k`` hits actually returned (after abstention); a positive whose result was dropped scores 0. Negatives only feed
-    ``abstain_rate``. The top dense cosine used for calibration is measured with the dense
-    channel for every query, whatever the route (outside the timed search).
+    Returned half: ``answer_support_rate`` = share of positives with a relevant unit among the
+    hits actually returned; ``dropped_rate`` = share of positives whose hits were all dropped
+    by the floor; ``false_weak_rate`` = share of positives with no hit or a ``weak_match``
+    result; ``abstain_rate`` = share of negatives with no hit or a ``weak_match`` result.
+    Negatives never enter the ranking half.
+
+    Every abstention signal (:mod:`rag.search.signals`) is measured for every query, whatever
+    the route, outside the timed search, and calibrated with ``target_false_weak`` /
+    ``target_dropped`` (:func:`rag.eval.abstention.calibrate_abstention`).
 
     ``candidate_pool_recall`` is the share of positives with a relevant doc among the first
     stage's top ``rerank_candidates`` chunks (before any reranking): the most a reranker of
@@ -99,21 +122,19 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
         if use_expected_types and kind == "positive" and q.types:
             from dataclasses import replace
 
-            res = SearchPipeline(pipeline.index, replace(pipeline.options, types=q.types)).search(
-                q.query, depth=depth)
+            res = SearchPipeline(pipeline.index, replace(pipeline.options, types=q.types),
+                                 reranker=pipeline.reranker, gate=pipeline.gate).search(
+                q.query, depth=depth, with_signals=True)
             filtered[q.id] = not any(category.get(lab.path) in q.types for lab in q.relevant)
         else:
-            res = pipeline.search(q.query, depth=depth)
+            res = pipeline.search(q.query, depth=depth, with_signals=True)
         for s, v in res.timings_ms.items():
             timings[s].append(v)
-        top_dense = res.top_dense
-        if top_dense is None and dense is not None:
-            top_dense = float(dense.scores(dense.embed_query(q.query)).max())
         row: dict[str, Any] = {
             "query_id": q.id, "kind": kind, "query": q.query, "tags": ",".join(q.tags),
-            "route": res.route, "top_dense": top_dense, "dropped": res.dropped,
-            "weak_match": res.weak_match, "n_hits": len(res.hits),
-            "top_rerank": res.top_rerank,
+            "route": res.route, "returned_as": returned_as(res), "dropped": res.dropped,
+            "weak_match": res.weak_match, "n_hits": len(res.hits), "reason": res.reason or "",
+            **(res.signals or {}), "gate_score": res.gate_score,
             "latency_ms": res.timings_ms["total"],
             # prompt-size estimate: the text an LLM would be handed (the returned hits)
             "context_chars": sum(len(chunk_text[h.chunk_id]) for h in res.hits),
@@ -128,6 +149,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             per_query_metrics[q.id] = m
             row["first_relevant_rank"] = first_relevant_rank(rank(scores), q.qrels)
             returned = collapse(res.hits, q)
+            top_k = pipeline.options.top_k
+            # a relevant unit in the ranking's top_k, before abstention (risk-coverage)
+            row["supported"] = any(q.qrels.get(d, 0) > 0 for d in rank(scores)[:top_k])
             # the seeds' answer-support rate: a relevant doc among the top_k hits returned
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
@@ -155,6 +179,8 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     neg_rows = [r for r in rows if r["kind"] == "negative"]
     metrics["answer_support_rate"] = (sum(r["answer_support"] for r in pos_rows) / len(pos_rows)
                                       if pos_rows else 0.0)
+    metrics["dropped_rate"] = (sum(r["returned_as"] == "dropped" for r in pos_rows) / len(pos_rows)
+                               if pos_rows else 0.0)
     metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
     if rows and "context_tokens" in rows[0]:
         metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
@@ -189,12 +215,37 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
         name = "latency" if stage == "total" else f"latency_{stage}"
         metrics[f"{name}_p50_ms"] = percentile(vals, 50)
         metrics[f"{name}_p95_ms"] = percentile(vals, 95)
-    cal = calibrate([r["top_dense"] for r in pos_rows if r["top_dense"] is not None],
-                    [r["top_dense"] for r in neg_rows if r["top_dense"] is not None])
-    for k, v in cal.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
-            metrics[f"calibration/{k}"] = float(v)
+    cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
+                               target_dropped=target_dropped)
+    metrics.update(calibration_metrics(cal))
     return EvalResult(metrics=metrics, per_query=rows, calibration=cal, run=run)
+
+
+def calibration_metrics(cal: dict[str, Any]) -> dict[str, float]:
+    """The calibration as flat ledger metrics: ``calibration/<key>`` for the dense summary
+    (``overlap`` as 0/1) and ``abstention/<signal>/{auc, aurc, weak_threshold, drop_threshold,
+    abstain_rate, false_weak_rate, abstain_ci_low, ..., met_target}`` per signal."""
+    out: dict[str, float] = {}
+    for k in ("positive_min_top_dense", "negative_max_top_dense", "suggested_min_dense",
+              "suggested_weak_dense", "overlap"):
+        if cal.get(k) is not None:
+            out[f"calibration/{k}"] = float(cal[k])
+    for name, c in cal.get("signals", {}).items():
+        pre = f"abstention/{name}"
+        out[f"{pre}/auc"] = c["auc"]
+        out[f"{pre}/aurc"] = c["aurc"]
+        out[f"{pre}/overlap"] = float(c["overlap"])
+        out[f"{pre}/met_target"] = float(c["met_target"])
+        w = c["weak"]
+        if w["threshold"] is not None:
+            out[f"{pre}/weak_threshold"] = w["threshold"]
+        if c["drop"]["threshold"] is not None:
+            out[f"{pre}/drop_threshold"] = c["drop"]["threshold"]
+        out[f"{pre}/abstain_rate"] = w["abstain_rate"]
+        out[f"{pre}/false_weak_rate"] = w["false_weak_rate"]
+        out[f"{pre}/abstain_ci_low"], out[f"{pre}/abstain_ci_high"] = w["abstain_ci"]
+        out[f"{pre}/false_weak_ci_low"], out[f"{pre}/false_weak_ci_high"] = w["false_weak_ci"]
+    return out
 
 
 def trec_run_lines(run: dict[str, dict[str, float]], tag: str) -> list[str]:

@@ -7,7 +7,26 @@
 
 Scoring follows Robertson et al., "Okapi at TREC-3" (1994):
 ``score(q, d) = sum_t idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))``
-with ``idf(t) = max(0, ln((N - n_t + 0.5) / (n_t + 0.5)))``.
+with ``idf(t) = max(0, ln((N - n_t + 0.5) / (n_t + 0.5)))``, N the number of chunks and
+n_t the number of chunks holding t.
+
+IDF is never negative, and it is 0 for a term in at least half of the chunks (n_t >= N/2):
+such a term contributes nothing, and a query made only of such terms has no lexical hit.
+bm25s's ``robertson`` clamps the log's argument at 1 and our ``rank_bm25`` backend gives
+``BM25Okapi`` ``epsilon=0``; both are this formula, so the backends rank identically (the
+parity tests in tests/test_search_stages.py and the benchmark, rag/bench/bm25.py).
+
+Tiny corpora follow from it: in a corpus of 1 chunk nothing scores (idf = ln(1/3) -> 0); in
+one of 2 chunks a term in one of them has idf ln(1.5/1.5) = 0, so it is no hit either; from
+3 chunks on a term in one chunk scores (ln(2.5/1.5) = 0.51). The alternatives were measured
+and rejected: ``BM25Okapi``'s default floor (epsilon 0.25 x the mean IDF) gives the same 0 for
+n_t = N/2 and a *negative* score in a 1-chunk corpus (its mean IDF is negative there); an IDF
+that is always positive (Lucene's ``ln(1 + (N - n_t + 0.5) / (n_t + 0.5))``, bm25s
+``method="lucene"``) would score those terms but has no BM25Okapi counterpart, and on Flask
+3.1.3 (1,572 chunks) it changes the top 10 of 64 of the 129 golden and negative queries
+(mean overlap 0.974; 23 queries hold a term in >= N/2 chunks: app, def, flask, py). So the
+formula stays, and an empty result says why (:meth:`BM25Channel.empty_reason`:
+``no lexical match`` or ``all terms too common``).
 """
 
 from __future__ import annotations
@@ -23,6 +42,10 @@ class BM25Scorer(Protocol):
     """Scores every chunk for one tokenized query; returns float array of shape (n_chunks,)."""
 
     def scores(self, query_tokens: list[str]) -> np.ndarray: ...
+
+    def doc_freq(self, token: str) -> int:
+        """Number of chunks that hold ``token`` (0 when it is not in the corpus)."""
+        ...
 
 
 class Bm25sScorer:
@@ -52,6 +75,16 @@ class Bm25sScorer:
             return np.zeros(self._n, dtype=np.float32)
         return np.asarray(self._model.get_scores(known), dtype=np.float32) * np.float32(self._scale)
 
+    def doc_freq(self, token: str) -> int:
+        """Number of chunks that hold ``token``: the entries of its column in bm25s's sparse
+        score matrix (bm25s keeps an entry for every (chunk, token) pair, zero-IDF ones
+        included)."""
+        tid = self._vocab.get(token)
+        indptr = self._model.scores["indptr"]
+        if tid is None or tid + 1 >= len(indptr):
+            return 0
+        return int(indptr[tid + 1] - indptr[tid])
+
 
 class RankBM25Scorer:
     """rank-bm25 ``BM25Okapi`` backend (the reference).
@@ -72,6 +105,12 @@ class RankBM25Scorer:
         if not query_tokens:
             return np.zeros(self._n, dtype=np.float64)
         return np.asarray(self._model.get_scores(query_tokens), dtype=np.float64)
+
+    def doc_freq(self, token: str) -> int:
+        """Number of chunks that hold ``token`` (a scan of BM25Okapi's per-chunk counts)."""
+        if token not in self._model.idf:
+            return 0
+        return sum(1 for freqs in self._model.doc_freqs if token in freqs)
 
 
 def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
@@ -112,6 +151,35 @@ class BM25Channel:
         """
         scores = self.scorer.scores(tokenize(query))
         return top_positive(scores, depth)
+
+    def empty_reason(self, query: str, allowed: np.ndarray | None = None) -> str:
+        """Why ``query`` has no lexical hit (call it when the hit list is empty).
+
+        Args:
+            query: the query text (never part of the answer).
+            allowed: the boolean chunk mask of a type filter, if one was applied.
+
+        Returns:
+            ``"no lexical match: ..."`` when no query term occurs in the corpus (or the query
+            has no term at all, e.g. only stopwords), ``"all terms too common: ..."`` when every
+            query term that occurs is in at least half of the chunks (IDF 0, see the module
+            docstring), or ``"no lexical match in the selected types: ..."`` when a term that
+            would score occurs only in chunks the filter left out.
+        """
+        tokens = set(tokenize(query))
+        if not tokens:
+            return ("no lexical match: the query has no searchable term (only stopwords, "
+                    "punctuation or one-letter words)")
+        freqs = [n for n in (self.scorer.doc_freq(t) for t in tokens) if n > 0]
+        if not freqs:
+            return "no lexical match: no query term occurs in the corpus"
+        if all(n >= self.n_chunks / 2 for n in freqs):
+            return (f"all terms too common: every query term found occurs in at least half "
+                    f"of the {self.n_chunks} chunks, where BM25's IDF is 0")
+        if allowed is not None and not bool(np.all(allowed)):
+            return ("no lexical match in the selected types: the query terms that would score "
+                    "occur only in chunks of other types")
+        return "no lexical match: no chunk scores above 0"
 
 
 def top_positive(scores: np.ndarray, depth: int) -> list[tuple[int, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ class Index:
         return np.fromiter((c.category in wanted for c in self.chunks), dtype=bool,
                            count=len(self.chunks))
 
+    @cached_property
+    def chunk_paths(self) -> list[str]:
+        """The path of each chunk, in index order (length n_chunks)."""
+        return [c.path for c in self.chunks]
+
     @property
     def paths(self) -> set[str]:
         """Every indexed document path."""
@@ -67,12 +73,47 @@ def corpus_fingerprint(docs: list[Document]) -> str:
     return h.hexdigest()
 
 
+def _no_header(c: Chunk) -> str:
+    return c.text
+
+
+def _symbol_header(c: Chunk) -> str:
+    return f"{c.symbol}\n{c.text}" if c.symbol else c.text
+
+
+def _path_symbol_header(c: Chunk) -> str:
+    return c.indexed_text
+
+
+# index.header -> the text both channels index for a chunk (an ablation axis)
+HEADERS: dict[str, Any] = {"none": _no_header, "symbol": _symbol_header,
+                           "path_symbol": _path_symbol_header}
+
+
+def indexed_texts(chunks: list[Chunk], header: str = "path_symbol") -> tuple[list[str], list[str]]:
+    """(texts, cache keys) of ``chunks`` under ``header`` (:data:`HEADERS`).
+
+    ``path_symbol`` is ``"path: symbol\n"`` + body and keys the embedding cache by the chunk's
+    own content hash; the others key it by SHA-256 of the header name and the text, so no
+    embedding of one header mode is ever served for another.
+
+    Raises:
+        ValueError: unknown ``header``.
+    """
+    if header not in HEADERS:
+        raise ValueError(f"index.header must be one of {sorted(HEADERS)}, got {header!r}")
+    texts = [HEADERS[header](c) for c in chunks]
+    if header == "path_symbol":
+        return texts, [c.content_hash for c in chunks]
+    return texts, [hashlib.sha256(f"{header}\0{t}".encode("utf-8")).hexdigest() for t in texts]
+
+
 def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None,
                 bm25_backend: str = "bm25s", k1: float = 1.5, b: float = 0.75,
                 max_file_bytes: int = 1_000_000, window_lines: int = 60,
                 window_overlap: int = 10, progress: bool = True,
                 chunk_store: Path | None = None,
-                extra_docs: list[Document] | None = None) -> Index:
+                extra_docs: list[Document] | None = None, header: str = "path_symbol") -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -82,6 +123,7 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         bm25_backend, k1, b: BM25 settings (see :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
         progress: show tqdm progress bars.
+        header: what precedes each chunk's body in both channels (:data:`HEADERS`).
         extra_docs: documents that are not files of ``root`` (GitHub issues and pull
             requests, see :mod:`rag.corpus.github`), indexed with the corpus.
         chunk_store: directory of persisted chunk sets (:mod:`rag.index.store`); when the
@@ -139,11 +181,12 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                     files_changed=sum(1 for p, h in shas.items() if p in prev and prev[p] != h))
             store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, shas)
     t_chunk = time.perf_counter()
-    texts = [c.indexed_text for c in chunks]
+    texts, keys = indexed_texts(chunks, header)
     bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
     t_bm25 = time.perf_counter()
     stats: dict[str, Any] = dict(walk_stats)
     stats.update(corpus_read=int(stored is None), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
+                 header=header,
                  tokenizer_version=TOKENIZER_VERSION,
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
                  bm25_build_s=round(t_bm25 - t_chunk, 3))
@@ -153,8 +196,7 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
             raise ValueError("cache_dir is required with an embedder")
         cache = EmbeddingCache(cache_dir / "embeddings", embedder.model_id, embedder.dim)
         try:
-            matrix, es = embed_with_cache(embedder, texts, [c.content_hash for c in chunks],
-                                          cache, progress=progress)
+            matrix, es = embed_with_cache(embedder, texts, keys, cache, progress=progress)
         finally:
             cache.close()
         dense = DenseChannel(embedder, matrix)

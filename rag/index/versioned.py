@@ -2,7 +2,10 @@
 rename, so a reader always sees a complete build and a build killed halfway leaves the
 previous one serving.
 
-Layout under ``<cache>/indexes/<corpus name>/``::
+Layout under ``<cache>/indexes/<corpus name>-<source hash>/`` (:func:`index_dir`: the corpus
+name, checked by :func:`rag.names.safe_component`, and 8 hex digits of the SHA-256 of the
+resolved corpus directory, or of the sdist requirement, so two directories that share a name
+never share an index)::
 
     builds/<build id>/manifest.json   embedder id, dim, normalisation, tokenizer and chunker
                                       versions, corpus fingerprint, built_at, counts
@@ -11,14 +14,21 @@ Layout under ``<cache>/indexes/<corpus name>/``::
     current -> builds/<build id>      a symlink swapped with os.replace (atomic)
 
 A loaded build is checked against the configured embedder: a different model id or dimension
-is refused (:class:`IndexMismatchError`), never scored.
+is refused (:class:`IndexMismatchError`), never scored; and against the requested corpus: a
+build whose recorded ``corpus_root`` (or ``corpus_sdist``) is not the requested one is refused
+(:class:`CorpusMismatchError`). Clean-up after a publish removes only folders it can prove are
+its own builds: a name of the build-id format (:data:`BUILD_ID`), not a symlink, holding a
+``manifest.json`` (not a symlink) whose ``build_id`` is that name — and never the new build or
+the one ``current`` points to.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import time
 import uuid
 from dataclasses import asdict
@@ -29,8 +39,11 @@ import numpy as np
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 from rag.index.tokenize import TOKENIZER_VERSION
+from rag.names import digest, safe_component
 
 FORMAT_VERSION = "1"
+# the ids publish() gives its builds: UTC time stamp and 6 hex digits
+BUILD_ID = re.compile(r"[0-9]{8}T[0-9]{6}-[0-9a-f]{6}")
 
 
 class IndexMismatchError(RuntimeError):
@@ -41,17 +54,70 @@ class NoIndexError(FileNotFoundError):
     """No build has been published for this corpus yet."""
 
 
-def index_dir(cache_dir: Path, corpus_name: str) -> Path:
-    """The directory holding the builds of one corpus."""
-    return cache_dir / "indexes" / corpus_name
+class CorpusMismatchError(RuntimeError):
+    """The published build was made from another corpus (directory or sdist) than requested."""
+
+
+def index_dir(cache_dir: Path, corpus_name: str, corpus_source: str | None = None) -> Path:
+    """The directory holding the builds of one corpus: ``<cache_dir>/indexes/<name>`` or, with
+    ``corpus_source`` (the resolved corpus directory, or the sdist requirement),
+    ``<cache_dir>/indexes/<name>-<8 hex of its SHA-256>``.
+
+    Raises:
+        ValueError: ``corpus_name`` is not a safe folder name (``..``, a separator, ``${``,
+            ...; see :func:`rag.names.safe_component`).
+    """
+    name = safe_component(corpus_name, what="corpus.name")
+    if corpus_source is not None:
+        name = f"{name}-{digest(corpus_source)}"
+    return cache_dir / "indexes" / name
+
+
+def _current_build_name(root_dir: Path) -> str | None:
+    """The build folder name ``current`` points to (not followed further), or None."""
+    try:
+        return Path(os.readlink(root_dir / "current")).name
+    except OSError:
+        return None
+
+
+def _own_builds(builds: Path) -> list[Path]:
+    """The folders under ``builds`` that are provably builds written by :func:`publish`: a
+    real directory (never a symlink) named like :data:`BUILD_ID`, holding a regular
+    ``manifest.json`` whose ``build_id`` is that name. Oldest first (by ``built_at``)."""
+    out = []
+    for p in builds.iterdir():
+        if not BUILD_ID.fullmatch(p.name):
+            continue
+        try:
+            if not stat.S_ISDIR(os.lstat(p).st_mode):
+                continue
+            mf = p / "manifest.json"
+            if not stat.S_ISREG(os.lstat(mf).st_mode):
+                continue
+            manifest = json.loads(mf.read_text())
+            if manifest.get("build_id") != p.name:
+                continue
+            out.append((float(manifest.get("built_at") or 0.0), p.name, p))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return [p for _, _, p in sorted(out)]
 
 
 def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalized: bool,
-            corpus_root: str, keep: int = 3) -> Path:
+            corpus_root: str, corpus_sdist: str | None = None, keep: int = 3) -> Path:
     """Write ``index`` as a new build and make it current (atomic symlink swap).
 
+    Args:
+        corpus_root: the resolved corpus directory, recorded in the manifest (with the corpus
+            fingerprint) and compared by :func:`load_current`.
+        corpus_sdist: the sdist requirement the corpus was fetched from, if any (recorded).
+        keep: how many of this index's own builds to keep (at least the new one).
+
     Returns:
-        The new build directory. Older builds beyond ``keep`` are removed.
+        The new build directory. Older builds beyond ``keep`` are removed — only folders
+        proven to be builds of this function (see :func:`_own_builds`), never a symlink, the
+        new build or the build ``current`` pointed to.
     """
     builds = root_dir / "builds"
     builds.mkdir(parents=True, exist_ok=True)
@@ -63,7 +129,7 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         "embedder_id": embedder_id, "dim": dim, "normalized": normalized,
         "tokenizer_version": TOKENIZER_VERSION, "chunker_version": CHUNKER_VERSION,
         "corpus_fingerprint": index.corpus_fingerprint, "corpus_root": corpus_root,
-        "chunks": len(index.chunks), "stats": index.stats,
+        "corpus_sdist": corpus_sdist, "chunks": len(index.chunks), "stats": index.stats,
     }
     (tmp / "chunks.json").write_text(json.dumps([asdict(c) for c in index.chunks]))
     if index.dense is not None:
@@ -71,12 +137,15 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     final = builds / build_id
     os.replace(tmp, final)
+    previous = _current_build_name(root_dir)
     link_tmp = root_dir / f".current.{uuid.uuid4().hex[:6]}"
     os.symlink(Path("builds") / build_id, link_tmp)
     os.replace(link_tmp, root_dir / "current")  # readers see the old or the new build, whole
-    old = sorted(p for p in builds.iterdir() if p.is_dir() and not p.name.startswith("."))
-    for p in old[:-keep]:
-        shutil.rmtree(p, ignore_errors=True)
+    protected = {build_id, previous, _current_build_name(root_dir)}
+    own = _own_builds(builds)
+    for p in own[:max(len(own) - max(keep, 1), 0)]:
+        if p.name not in protected:
+            shutil.rmtree(p, ignore_errors=True)  # a real directory: rmtree does not follow links
     return final
 
 
@@ -107,23 +176,42 @@ def check_compatible(manifest: dict[str, Any], *, embedder_id: str, dim: int) ->
                                  + "); rebuild it with `rag index` using the same config")
 
 
+def check_corpus(manifest: dict[str, Any], expect: dict[str, Any]) -> None:
+    """Raise :class:`CorpusMismatchError` if a manifest field in ``expect`` (``corpus_root``,
+    ``corpus_sdist``) differs from the requested value, naming the field and both values."""
+    problems = [f"{k}: index {manifest.get(k)!r}, requested {v!r}"
+                for k, v in expect.items() if manifest.get(k) != v]
+    if problems:
+        raise CorpusMismatchError(f"build {manifest.get('build_id')} was made from another corpus ("
+                                  + "; ".join(problems) + ")")
+
+
 def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", k1: float = 1.5,
-                 b: float = 0.75) -> tuple[Any, dict[str, Any]]:
+                 b: float = 0.75, expect: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """The current build as an :class:`rag.index.build.Index`, after the compatibility check.
 
+    Args:
+        expect: manifest fields the build must have, e.g. ``{"corpus_root": "/src/tiny"}``
+            (checked before anything else is read).
+
     Raises:
-        NoIndexError, IndexMismatchError.
+        NoIndexError, CorpusMismatchError, IndexMismatchError.
     """
     from rag.index.bm25 import build_bm25
     from rag.index.build import Index
     from rag.index.dense import DenseChannel
 
     manifest = read_manifest(root_dir)
+    check_corpus(manifest, expect or {})
     check_compatible(manifest, embedder_id=embedder.model_id, dim=embedder.dim)
     build = (root_dir / "current").resolve()
     chunks = [Chunk(**c) for c in json.loads((build / "chunks.json").read_text())]
     matrix = np.load(build / "embeddings.npy")
-    bm25 = build_bm25([c.indexed_text for c in chunks], backend=bm25_backend, k1=k1, b=b)
+    from rag.index.build import indexed_texts
+
+    # the chunk text the build indexed (index.header, recorded in its stats)
+    texts, _ = indexed_texts(chunks, manifest.get("stats", {}).get("header", "path_symbol"))
+    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
     stats = {**manifest.get("stats", {}), "chunks_embedded": 0, "corpus_read": 0,
              "loaded_build": manifest["build_id"]}
     return (Index(chunks=chunks, bm25=bm25, dense=DenseChannel(embedder, matrix),

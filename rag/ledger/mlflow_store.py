@@ -3,19 +3,51 @@
 A ledger row is one MLflow run: params = the flattened resolved config, metrics = the
 evaluation, tags = fingerprints (git commit, corpus, golden set, model), artifacts = the
 resolved config, the per-query table, the calibration JSON and the TREC run file. Rows are
-only ever added; nothing here edits or deletes one.
+only ever added; nothing here edits or deletes one, except that :meth:`Ledger.mark_killed` sets
+the status of a row left RUNNING by a killed process to KILLED.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
+from urllib.parse import unquote
 
 PARAM_MAX_CHARS = 500
+
+# A row still RUNNING this many hours after it started was left by a killed process:
+# ``python -m rag.report --mark-killed-after-h`` (no value) marks such rows KILLED.
+STALE_RUNNING_H = 24.0
+
+# How long opening a store waits for another process that is creating the same SQLite store.
+INIT_LOCK_TIMEOUT_S = 300.0
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Messages of the transient errors two processes meet when they create or migrate one new
+# store at the same time (alembic, SQLAlchemy and MLflow wrap them in various types).
+_TRANSIENT_STORE_ERRORS = (
+    "database is locked", "database is busy",
+    "online migration expected to match one row",  # alembic: another process moved the version
+    "already exists",  # table / index / _alembic_tmp_* created by the other process
+    "duplicate column name",  # a migration step the other process already applied
+    "unique constraint failed",  # both inserted the default experiment
+    "out-of-date database schema",  # tables exist but the other process is still migrating
+)
+
+
+class LedgerError(RuntimeError):
+    """The tracking store cannot be reached, created or read, or a row lacks an artifact.
+
+    The message is one self-contained line (it names the store or the row), fit to print
+    after ``error:``.
+    """
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -58,37 +90,211 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "database is locked" in str(exc) or "database is busy" in str(exc)
 
 
-def with_lock_retry(fn, *args, attempts: int = 20, delay_s: float = 0.25, **kwargs):
-    """Call ``fn``, retrying with exponential backoff (capped at 5 s per wait) while SQLite
-    reports "database is locked" — parallel sweep workers share one ledger file."""
+def _messages(exc: BaseException) -> str:
+    """The lower-cased messages of ``exc`` and of the exceptions it was raised from."""
+    out, seen = [], set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        out.append(str(e).lower())
+        e = e.__cause__ or e.__context__
+    return "\n".join(out)
+
+
+def is_transient_store_error(exc: BaseException) -> bool:
+    """True for a lock or a schema-creation/migration race on a new store (worth retrying);
+    False for anything else (a file that is not a database, a missing directory, ...)."""
+    text = _messages(exc)
+    return any(m in text for m in _TRANSIENT_STORE_ERRORS)
+
+
+def _retry(fn: Callable[[], Any], transient: Callable[[BaseException], bool], *,
+           attempts: int, delay_s: float) -> Any:
     for i in range(attempts):
         try:
-            return fn(*args, **kwargs)
+            return fn()
         except Exception as exc:  # noqa: BLE001 - MLflow wraps the sqlite error in several types
-            if not _is_lock_error(exc) or i == attempts - 1:
+            if not transient(exc) or i == attempts - 1:
                 raise
             time.sleep(min(delay_s * (2 ** i), 5.0))
     raise AssertionError("unreachable")
 
 
+def with_lock_retry(fn, *args, attempts: int = 20, delay_s: float = 0.25, **kwargs):
+    """Call ``fn``, retrying with exponential backoff (capped at 5 s per wait) while SQLite
+    reports "database is locked" — parallel sweep workers share one ledger file."""
+    return _retry(lambda: fn(*args, **kwargs), _is_lock_error, attempts=attempts, delay_s=delay_s)
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of ``exc``'s message (SQLAlchemy appends a background link),
+    at most ``limit`` characters; the exception's type name if it has no message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative to the working directory when the
+    URI is), or None for another scheme or an in-memory database."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    raw = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
+    if raw in ("", ":memory:"):
+        return None
+    return Path(raw)
+
+
+def _check_sqlite_file(uri: str, db: Path, *, create: bool) -> None:
+    """Refuse what SQLite cannot be: a directory, a file that is not a database, a missing
+    file (unless ``create``), a parent directory that cannot be made. Raises LedgerError."""
+    where = f"cannot open the ledger at {uri}"
+    if db.is_dir():
+        raise LedgerError(f"{where}: {db} is a directory, not an SQLite database")
+    if db.exists():
+        try:
+            with db.open("rb") as fh:
+                head = fh.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise LedgerError(f"{where}: cannot read {db}: {exc.strerror or exc}") from exc
+        if head and head != _SQLITE_MAGIC:  # an empty file is a new database to SQLite
+            raise LedgerError(f"{where}: {db} is not an SQLite database")
+        return
+    if not create:
+        raise LedgerError(f"{where}: no such file {db} (run `python -m rag.run` first)")
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerError(f"{where}: cannot create the directory {db.parent}: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def _check_mlflow_tables(uri: str, db: Path) -> None:
+    """A reader must not turn another SQLite database into an MLflow store: refuse one with no
+    ``experiments`` table (opened read-only). Raises LedgerError, also for a corrupt file."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open the ledger at {uri}: {db}: {exc}") from exc
+    if "experiments" not in names:
+        what = "is empty," if not names else "is an SQLite database but"
+        raise LedgerError(f"cannot open the ledger at {uri}: {db} {what} not an MLflow store "
+                          "(no experiments table)")
+
+
+@contextlib.contextmanager
+def _init_lock(db: Path | None, uri: str, timeout_s: float = INIT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<db>-init.lock`` (next to the database; the
+    ``mlflow.db-*`` pattern is git-ignored) while a store is opened, so that one process at a
+    time creates or migrates a new SQLite store. Without a place to write the lock (a
+    read-only directory) or without ``fcntl``, nothing is held: the retry still applies.
+
+    Raises:
+        LedgerError: another process held the lock for ``timeout_s`` seconds.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        fcntl = None  # type: ignore[assignment]
+    fd = None
+    if db is not None and fcntl is not None:
+        try:
+            fd = os.open(f"{db}-init.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LedgerError(f"cannot open the ledger at {uri}: another process "
+                                      f"held {db}-init.lock for {timeout_s:.0f} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: float = 0.25):
+    """An ``MlflowClient`` on ``uri`` whose store has been created (or migrated) and read once.
+
+    Creating the schema of a new SQLite store is serialised across processes by a file lock
+    (:func:`_init_lock`), and a lock or migration race with a process that does not take it
+    ("database is locked", alembic's "Online migration expected to match one row", a table
+    that already exists, ...) is retried with exponential backoff (``attempts`` tries from
+    ``delay_s`` seconds, waits capped at 5 s).
+
+    Args:
+        create: create a missing SQLite file (False: a missing file is an error — readers).
+
+    Raises:
+        LedgerError: the store cannot be reached or created (one line naming ``uri``): not a
+            database, a directory that cannot be made, a schema MLflow refuses, a lock that is
+            never released, ...
+    """
+    from mlflow.tracking import MlflowClient
+
+    db = sqlite_path(uri)
+    if db is not None:
+        _check_sqlite_file(uri, db, create=create)
+
+    def touch():
+        client = MlflowClient(tracking_uri=uri)  # builds the store: creates/migrates the schema
+        client.search_experiments(max_results=1)  # and reads it (a server URI is contacted here)
+        return client
+
+    try:
+        with _init_lock(db, uri):
+            if db is not None and not create:
+                _check_mlflow_tables(uri, db)
+            return _retry(touch, is_transient_store_error, attempts=attempts, delay_s=delay_s)
+    except LedgerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy, alembic, OS and HTTP errors
+        raise LedgerError(f"cannot open the ledger at {uri}: {one_line(exc)}") from exc
+
+
 class Ledger:
-    """A handle on one MLflow tracking store.
+    """A handle on one MLflow tracking store, opened (created if need be) when constructed.
+
+    Opening is safe when several processes use a new store at once: see :func:`open_client`.
 
     Args:
         uri: tracking URI (absolute, e.g. ``sqlite:////abs/mlflow.db``).
         artifact_root: directory under which each new experiment stores its artifacts.
+        create: create a missing SQLite store (False for readers such as reports).
+
+    Raises:
+        LedgerError: the store cannot be reached or created (one line naming ``uri``).
     """
 
-    def __init__(self, uri: str, artifact_root: Path | None = None) -> None:
+    def __init__(self, uri: str, artifact_root: Path | None = None, *, create: bool = True) -> None:
         import logging
 
-        from mlflow.tracking import MlflowClient
+        import mlflow.tracking  # noqa: F401 - configures its loggers on import: quiet them after
 
         for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables..."
             logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = uri
         self.artifact_root = artifact_root
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = open_client(uri, create=create)
+
+    @classmethod
+    def open(cls, uri: str, artifact_root: Path | None = None, *, create: bool = True) -> "Ledger":
+        """Same as ``Ledger(uri, artifact_root, create=create)``; reads as what it does."""
+        return cls(uri, artifact_root, create=create)
 
     def experiment_id(self, name: str) -> str:
         """Id of experiment ``name``, created (with an absolute artifact location) if absent.
@@ -103,7 +309,10 @@ class Ledger:
             return exp.experiment_id
         location = None
         if self.artifact_root is not None:
-            location = (Path(self.artifact_root) / name).resolve().as_uri()
+            from rag.names import safe_component  # the experiment name becomes a folder
+
+            location = (Path(self.artifact_root) / safe_component(name, what="experiment",
+                                                                  encode=True)).resolve().as_uri()
         try:
             return self.client.create_experiment(name, artifact_location=location)
         except Exception:  # noqa: BLE001 - another process created it first
@@ -114,12 +323,13 @@ class Ledger:
 
     def log_row(self, *, experiment: str, run_name: str | None, params: Mapping[str, str],
                 metrics: Mapping[str, float], tags: Mapping[str, str],
-                artifacts: Mapping[str, str]) -> str:
+                artifacts: Mapping[str, str | Path]) -> str:
         """Log one finished ledger row and return its run id.
 
         Metrics that are NaN are skipped (MLflow stores them, but reports cannot compare them).
         If logging fails part-way the run is marked FAILED, so reports (which read FINISHED
-        runs only) never show a half-written row.
+        runs only) never show a half-written row. ``artifacts`` maps a name to its text, or to
+        a :class:`~pathlib.Path` of a file logged under its own file name.
         """
         from mlflow.entities import Metric, Param, RunTag
 
@@ -138,8 +348,11 @@ class Ledger:
                 with_lock_retry(c.log_batch, rid, metrics=ms[i:i + 900])
             for i in range(0, len(ps), 90):
                 with_lock_retry(c.log_batch, rid, params=ps[i:i + 90])
-            for name, text in artifacts.items():
-                c.log_text(rid, text, name)
+            for name, content in artifacts.items():
+                if isinstance(content, Path):  # a binary file (e.g. a PNG), logged as is
+                    with_lock_retry(c.log_artifact, rid, str(content))
+                else:
+                    with_lock_retry(c.log_text, rid, content, name)
         except BaseException:
             with_lock_retry(c.set_terminated, rid, status="FAILED")
             raise
@@ -168,6 +381,52 @@ class Ledger:
                 break
         return out
 
+    def _search_all(self, ids: list[str], filter_string: str) -> list[Any]:
+        out, token = [], None
+        while True:
+            page = self.client.search_runs(ids, filter_string=filter_string,
+                                           order_by=["attributes.start_time ASC"],
+                                           max_results=1000, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    def unfinished(self, experiment_ids: Iterable[str]) -> list[Any]:
+        """Ledger rows of the experiments that never finished, oldest first: RUNNING (the
+        process was killed after creating the row, or is still logging it), KILLED (marked by
+        :meth:`mark_killed`) or FAILED (logging failed part-way). Sweep parent runs are not
+        rows (reports flag an unfinished sweep in its own section)."""
+        ids = list(experiment_ids)
+        if not ids:
+            return []
+        return [r for r in self._search_all(ids, "attributes.status != 'FINISHED'")
+                if r.data.tags.get("rag.sweep_parent") != "1"]
+
+    def mark_killed(self, experiment_ids: Iterable[str], *, older_than_h: float,
+                    now_ms: int | None = None) -> list[str]:
+        """Mark KILLED every run of the experiments (rows and sweep parents) that has been
+        RUNNING for more than ``older_than_h`` hours — left by a killed process. Nothing else
+        of a row changes (MLflow sets its end time). Returns the ids marked, oldest first.
+
+        Raises:
+            ValueError: ``older_than_h`` is negative or not finite.
+        """
+        if not math.isfinite(older_than_h) or older_than_h < 0:
+            raise ValueError(f"the grace period must be a finite number of hours >= 0, "
+                             f"not {older_than_h}")
+        ids = list(experiment_ids)
+        if not ids:
+            return []
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        cutoff = now_ms - older_than_h * 3_600_000
+        marked = []
+        for r in self._search_all(ids, "attributes.status = 'RUNNING'"):
+            if (r.info.start_time or 0) < cutoff:
+                with_lock_retry(self.client.set_terminated, r.info.run_id, status="KILLED")
+                marked.append(r.info.run_id)
+        return marked
+
     def sweep_parents(self, experiment_ids: Iterable[str]) -> dict[str, str]:
         """sweep id -> status (RUNNING, FINISHED, FAILED) of each sweep's parent run."""
         ids = list(experiment_ids)
@@ -187,15 +446,29 @@ class Ledger:
                for r in self.rows([e.experiment_id]) if r.info.run_id.startswith(ref)]
         if len(ids) == 1:
             return ids[0]
+        if not ids:
+            exps = [e.experiment_id for e in self.client.search_experiments()]
+            left = [r for r in self.unfinished(exps) if r.info.run_id.startswith(ref)]
+            if len(left) == 1:
+                why = {"FAILED": "logging it failed part-way"}.get(
+                    left[0].info.status, "its process was interrupted")
+                raise LookupError(f"ledger row {left[0].info.run_id[:8]} never finished (status "
+                                  f"{left[0].info.status}: {why}); it has no results")
         raise LookupError(f"no ledger row matches run id {ref!r}" if not ids
                           else f"run id prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}")
 
     def download_text(self, run_id: str, name: str) -> str:
-        """The text of one artifact of a run."""
-        import os
+        """The text of one artifact of a run.
 
+        Raises:
+            LedgerError: the run has no such artifact, or it cannot be read (one line).
+        """
         import mlflow.artifacts
 
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name,
-                                                        tracking_uri=self.uri)).read_text()
+        try:
+            return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name,
+                                                            tracking_uri=self.uri)).read_text()
+        except Exception as exc:  # noqa: BLE001 - MlflowException, OSError, UnicodeDecodeError
+            raise LedgerError(f"ledger row {run_id[:8]} has no readable artifact {name} "
+                              f"({one_line(exc, 160)})") from exc

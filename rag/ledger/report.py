@@ -22,11 +22,10 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("p50 ms", "metric", "latency_p50_ms"),
     ("abstain", "metric", "abstain_rate"),
     ("false_weak", "metric", "false_weak_rate"),
+    ("dropped", "metric", "dropped_rate"),
 ]
+DEFAULT_MIN_EFFECT = 0.05  # sweep.min_effect: a sweep whose MDE on MRR exceeds it is underpowered
 
-CALIBRATION_KEYS = ("positive_min_top_dense", "positive_median_top_dense",
-                    "negative_max_top_dense", "negative_median_top_dense",
-                    "suggested_min_dense", "suggested_weak_dense")
 
 
 @dataclass
@@ -40,6 +39,7 @@ class LedgerRow:
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    status: str = "FINISHED"  # MLflow run status: FINISHED, RUNNING, KILLED or FAILED
 
     @classmethod
     def from_mlflow(cls, run: Any, experiment: str) -> "LedgerRow":
@@ -47,7 +47,7 @@ class LedgerRow:
         return cls(run_id=run.info.run_id, experiment=experiment,
                    run_name=run.info.run_name or "", start_time_ms=run.info.start_time or 0,
                    params=dict(run.data.params), metrics=dict(run.data.metrics),
-                   tags=dict(run.data.tags))
+                   tags=dict(run.data.tags), status=run.info.status or "FINISHED")
 
 
 def fmt(value: Any, key: str = "") -> str:
@@ -114,17 +114,50 @@ def render_table(rows: list[LedgerRow]) -> list[str]:
 
 
 def render_calibration(row: LedgerRow, which: str = "the newest row") -> list[str]:
-    """The calibration block of one row."""
-    lines = [f"Calibration of {which} (`{row.run_id[:8]}`, model "
-             f"`{row.tags.get('model_id', '?').split('|')[0]}`, thresholds in force: "
-             f"min_dense={row.params.get('abstain.min_dense', '?')}, "
-             f"weak_dense={row.params.get('abstain.weak_dense', '?')}):", "", "```json", "{"]
-    items = [(k, row.metrics.get(f"calibration/{k}")) for k in CALIBRATION_KEYS]
-    body = [f'  "{k}": {"null" if v is None else round(v, 3)}' for k, v in items]
-    lines.append(",\n".join(body))
-    lines += ["}", "```", "",
-              "Put `abstain.min_dense` below positive_min_top_dense and `abstain.weak_dense` "
-              "between the two; recalibrate whenever the embedding model or corpus changes."]
+    """The abstention block of one row: where its thresholds came from, whether the top dense
+    cosines of positives and negatives overlap, and per signal its ROC AUC, the threshold the
+    rule chose and the rates it achieves with 95% CIs (rag/eval/abstention.py)."""
+    m = row.metrics
+    source = row.tags.get("abstain_thresholds_source", "config")
+    origin = row.tags.get("abstain_calibration_from")
+    lines = [f"Abstention of {which} (`{row.run_id[:8]}`, model "
+             f"`{row.tags.get('model_id', '?').split('|')[0]}`): signal "
+             f"`{row.tags.get('abstain_signal', 'top_dense')}`, thresholds in force "
+             f"[{row.tags.get('abstain_min', row.params.get('abstain.min_dense', '?'))}, "
+             f"{row.tags.get('abstain_weak', row.params.get('abstain.weak_dense', '?'))}] "
+             f"({source}{' from ' + origin if origin else ''}).", ""]
+    overlap = m.get("calibration/overlap")
+    if overlap is not None:
+        pmin, nmax = m.get("calibration/positive_min_top_dense"), m.get("calibration/negative_max_top_dense")
+        lines.append(
+            f"**overlap: {'yes' if overlap else 'no'}** — lowest top dense cosine of a positive "
+            f"{pmin:.3f}, highest of a negative {nmax:.3f}. "
+            + ("No single threshold separates the two sets; every threshold trades abstention "
+               "on negatives against false weak flags on positives, as the table shows."
+               if overlap else "A threshold between the two separates the sets on this golden set."))
+        lines.append("")
+    signals = sorted({k.split("/")[1] for k in m if k.startswith("abstention/") and k.endswith("/auc")})
+    if not signals:
+        return lines + ["(no abstention calibration in this row)"]
+    target = row.params.get("abstain.target_false_weak", "0.1")
+    lines += [f"Rule: the highest abstain_rate on negatives subject to false_weak_rate <= "
+              f"{target} (`abstain.target_false_weak`); `learned` is a logistic regression on "
+              "the other signals, scored out-of-fold.", "",
+              "| signal | ROC AUC | AURC | overlap | weak threshold | abstain_rate [95% CI] | "
+              "false_weak_rate [95% CI] |", "|---|---:|---:|---|---:|---|---|"]
+    for s in signals:
+        g = lambda k: m.get(f"abstention/{s}/{k}")  # noqa: E731
+        if not g("met_target"):
+            cells = ["—", "no threshold meets the target", "—"]
+        else:
+            cells = [f"{g('weak_threshold'):.4g}",
+                     f"{g('abstain_rate'):.3f} [{g('abstain_ci_low'):.2f}, {g('abstain_ci_high'):.2f}]",
+                     f"{g('false_weak_rate'):.3f} [{g('false_weak_ci_low'):.2f}, {g('false_weak_ci_high'):.2f}]"]
+        lines.append(f"| `{s}` | {g('auc'):.3f} | {g('aurc'):.3f} | "
+                     f"{'yes' if g('overlap') else 'no'} | " + " | ".join(cells) + " |")
+    lines += ["", "Thresholds belong to one model on one corpus: test them elsewhere with "
+              "`abstain.calibration=<this run id>`; the histograms and risk–coverage curves are "
+              "the row's `calibration.png` artifact."]
     return lines
 
 
@@ -188,24 +221,94 @@ def render_sweep(name: str, rows: list[LedgerRow],
                        if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
+        out += render_power(srows, base)
         out += render_gates(srows, base)
         out += render_calibration(base or srows[-1], "the baseline" if base else "the newest row")
         out += [""]
     return out
 
 
+def render_power(srows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
+    """The sweep's statistical power: the minimum detectable effect (paired, α 0.05, power
+    0.8) on MRR and Recall@8 of each job against the baseline, and a flag when the largest
+    exceeds ``sweep.min_effect`` (default 0.05): the sweep could not have seen such an effect."""
+    jobs = [r for r in srows if "mrr_mde" in r.metrics]
+    if not jobs:
+        return []
+    n = int(jobs[0].metrics.get("paired_queries", 0))
+    min_effect = float((base or jobs[0]).params.get("sweep.min_effect", DEFAULT_MIN_EFFECT))
+    worst = {m: max(r.metrics.get(f"{m}_mde", 0.0) for r in jobs) for m in ("mrr", "recall_at_8")}
+    per_job = "; ".join(f"{r.tags.get('sweep_job', r.run_id[:8])}: MRR {r.metrics['mrr_mde']:.3f}, "
+                        f"Recall@8 {r.metrics.get('recall_at_8_mde', float('nan')):.3f}" for r in jobs)
+    out = [f"Minimum detectable effect (paired test on {n} positives, α 0.05, power 0.8, from "
+           f"each job's per-query differences): {per_job}."]
+    if worst["mrr"] > min_effect:
+        ref = f"`rag golden power --run {base.run_id[:8]} --effect {min_effect:g}`" if base else \
+            "`rag golden power --run <baseline row> --effect 0.05`"
+        out += ["", f"**Underpowered:** with {n} positives this sweep could miss a true ΔMRR as "
+                f"large as {worst['mrr']:.3f} (above sweep.min_effect = {min_effect:g}); a "
+                f"difference that is not significant here is not evidence of no difference. {ref} "
+                "says how many positives would detect it."]
+    return out + [""]
+
+
+def _started(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def render_unfinished(rows: list[LedgerRow], *, now_ms: int) -> list[str]:
+    """The rows that never finished (status RUNNING, KILLED or FAILED), oldest first: run,
+    experiment, job, start time (UTC) and what happened (a RUNNING row's age in hours). Empty
+    when there are none."""
+    from rag.ledger.mlflow_store import STALE_RUNNING_H
+
+    if not rows:
+        return []
+    out = ["## Unfinished rows", "",
+           f"{len(rows)} ledger row{'s' if len(rows) != 1 else ''} never finished and "
+           f"{'are' if len(rows) != 1 else 'is'} not in the tables below. RUNNING: the process "
+           "was interrupted (killed) while logging the row, or is logging it right now; KILLED: "
+           "interrupted, marked so later; FAILED: logging failed part-way. Rows RUNNING for more "
+           f"than H hours are marked KILLED by `python -m rag.report --mark-killed-after-h H` "
+           f"(H defaults to {STALE_RUNNING_H:g}).", "",
+           "| run | experiment | job | started (UTC) | status |", "|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.start_time_ms, r.run_id)):
+        if r.status == "RUNNING":
+            age_h = max(0.0, (now_ms - r.start_time_ms) / 3_600_000)
+            what = f"interrupted: RUNNING for {age_h:.1f} h"
+        elif r.status == "KILLED":
+            what = "interrupted: marked KILLED"
+        elif r.status == "FAILED":
+            what = "failed while logging"
+        else:
+            what = r.status
+        out.append(f"| `{r.run_id[:8]}` | {r.experiment} | "
+                   f"{r.tags.get('sweep_job', r.run_name) or '—'} | {_started(r.start_time_ms)} | "
+                   f"{what} |")
+    return out + [""]
+
+
 def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None,
-                  parents: dict[str, str] | None = None) -> str:
+                  parents: dict[str, str] | None = None,
+                  unfinished: Iterable[LedgerRow] = (), now_ms: int | None = None) -> str:
     """The whole ledger: per experiment (corpus) the runs outside sweeps, oldest first, then
     one section per sweep. With ``sweep`` only that sweep's section. ``parents`` maps sweep
-    id -> the status of its parent run; a sweep whose parent is not FINISHED is flagged."""
+    id -> the status of its parent run; a sweep whose parent is not FINISHED is flagged.
+    ``unfinished`` rows (never FINISHED: see :func:`render_unfinished`) are listed in a
+    section of their own, first, with their age at ``now_ms`` (ms since the epoch; default
+    now)."""
+    import time
+
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
+    unfinished = [r for r in unfinished if sweep is None or r.tags.get("sweep_name") == sweep]
     out = ["# Ledger" if sweep is None else f"# Ledger: sweep `{sweep}`", "", BANNER, "",
            f"Source: `{source}`. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
            "abstain is the share of negatives with no hit or only weak hits; false_weak the "
            "share of positives that got no hit (dropped, or no lexical match) or only weak hits; "
            "p50 is per-query search latency.", ""]
+    out += render_unfinished(unfinished, now_ms=int(time.time() * 1000) if now_ms is None
+                             else now_ms)
     if sweep is not None:
         rows = [r for r in rows if r.tags.get("sweep_name") == sweep]
     if not rows:

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from rag.eval.significance import holm, paired_randomization
+from rag.eval.significance import holm, minimum_detectable_effect, paired_randomization, paired_sd
 
 SWEEP_FILE = "sweep.json"
 BASELINE_FAILED_FILE = "baseline_failed"
@@ -85,8 +85,10 @@ def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 
     """Paired test of each metric (job minus baseline) on the queries both rows share.
 
     Returns:
-        ``{m}_delta``, ``{m}_p``, ``{m}_ci_low``, ``{m}_ci_high`` for each metric present in
-        both frames, and ``paired_queries``.
+        ``{m}_delta``, ``{m}_p``, ``{m}_ci_low``, ``{m}_ci_high`` and ``{m}_mde`` (the minimum
+        detectable effect at α 0.05, power 0.8, from the paired differences — see
+        :func:`rag.eval.significance.paired_sd`) for each metric present in both frames, and
+        ``paired_queries``.
 
     Raises:
         ValueError: the rows share no query.
@@ -98,10 +100,13 @@ def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 
     for m in metrics or significance_columns(job):
         if m not in baseline.columns or m not in job.columns:
             continue
-        res = paired_randomization(baseline.loc[common, m].astype(float).to_numpy(),
-                                   job.loc[common, m].astype(float).to_numpy(), seed=seed)
+        a = baseline.loc[common, m].astype(float).to_numpy()
+        b = job.loc[common, m].astype(float).to_numpy()
+        res = paired_randomization(a, b, seed=seed)
+        sd, _ = paired_sd(a, b)
         out.update({f"{m}_delta": res.delta, f"{m}_p": res.p_value,
-                    f"{m}_ci_low": res.ci_low, f"{m}_ci_high": res.ci_high})
+                    f"{m}_ci_low": res.ci_low, f"{m}_ci_high": res.ci_high,
+                    f"{m}_mde": minimum_detectable_effect(sd, len(common))})
     return out
 
 
@@ -185,14 +190,14 @@ class SweepCallback(Callback):  # type: ignore[misc]
             return
         import atexit
 
-        from rag.config import expand_path, register_configs, tracking_uri
+        from rag.config import ledger_uri, output_path, register_configs
         from rag.ledger.mlflow_store import Ledger
 
         register_configs()
         sweep_id = new_sweep_id(str(config.sweep.name))
         t = config.tracking
-        uri = tracking_uri(t.uri)
-        ledger = Ledger(uri, expand_path(t.artifact_root))
+        uri = ledger_uri(config)
+        ledger = Ledger(uri, output_path(config, t.artifact_root))
         exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
         # keys that vary: the sweep file's multi-valued params and any "k=a,b" on the command line
         varying = {str(k) for k, v in (config.hydra.sweeper.get("params") or {}).items()
@@ -229,12 +234,12 @@ class SweepCallback(Callback):  # type: ignore[misc]
         if self._open is None or not config.sweep.name:
             return
         uri, parent_id, sweep_id = self._open
-        from rag.config import expand_path
+        from rag.config import output_path
         from rag.ledger.mlflow_store import Ledger
         from rag.report import write_report
 
         t = config.tracking
-        ledger = Ledger(uri, expand_path(t.artifact_root))
+        ledger = Ledger(uri, output_path(config, t.artifact_root))
         exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
         runs = ledger.client.search_runs(
             [exp_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'")
@@ -242,13 +247,22 @@ class SweepCallback(Callback):  # type: ignore[misc]
         rows = [{"run_id": r.info.run_id, "job": r.data.tags.get("sweep_job"),
                  **{k: v for k, v in r.data.metrics.items() if k.endswith("_p") or k.endswith("_delta")}}
                 for r in jobs if r.data.tags.get("is_baseline") != "true"]
+        table = holm_table(rows)
         summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
-                   "rows": len(jobs), "jobs": rows, "holm": holm_table(rows)}
+                   "rows": len(jobs), "jobs": rows, "holm": table}
+        # the UI and the report show the same Holm-adjusted p (raw p stays as logged)
+        for run_id, adjusted in table.items():
+            if adjusted:
+                from mlflow.entities import Metric
+
+                now = int(time.time() * 1000)
+                ledger.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0)
+                                                         for k, v in adjusted.items()])
         ledger.client.log_text(parent_id, json.dumps(summary, indent=2) + "\n",
                                "sweep_significance.json")
         ledger.client.set_tag(parent_id, "sweep_rows", str(len(jobs)))
         ledger.client.set_terminated(parent_id, status="FINISHED")
         self._open = None
-        report = write_report(uri, expand_path(t.report_path), prefix=t.experiment_prefix,
+        report = write_report(uri, output_path(config, t.report_path), prefix=t.experiment_prefix,
                               ledger=ledger)
         print(f"sweep {sweep_id} done: {len(jobs)} rows; report: {report}")

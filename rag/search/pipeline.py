@@ -83,9 +83,10 @@ class SearchResult:
     """The answer to one query.
 
     Attributes:
-        hits: the first ``top_k`` of ``ranked`` (empty when dropped).
-        ranked: the ranking down to ``depth`` distinct paths (what evaluation scores); empty
-            when dropped.
+        hits: what a caller receives: the first ``top_k`` of ``ranked``, after abstention
+            (empty when dropped).
+        ranked: the ranking down to ``depth`` distinct paths *before* abstention (what the
+            ranking metrics score); never emptied by a threshold.
         route: the effective mode (bm25, dense, hybrid).
         top_dense: the best dense cosine over the corpus, or None if dense did not run.
         top_rerank: the best rerank score of the candidates, or None if no reranker ran.
@@ -104,20 +105,49 @@ class SearchResult:
     weak_match: bool
     timings_ms: dict[str, float] = field(default_factory=dict)
     # why nothing was returned, when an abstention was forced (e.g. an empty type filter)
+    # or a lexical route found no hit (BM25Channel.empty_reason)
     reason: str | None = None
     top_rerank: float | None = None
     candidates: list[tuple[str, str | None]] = field(default_factory=list)
+    # abstention signals (rag/search/signals.py), when asked for or when a learned gate ran
+    signals: dict[str, float | None] | None = None
+    # P(answerable) from the learned gate, when one decided abstention
+    gate_score: float | None = None
 
 
 class SearchPipeline:
     """Runs one query through the configured stages over an :class:`Index`."""
 
-    def __init__(self, index: Index, options: SearchOptions, reranker=None) -> None:
+    def __init__(self, index: Index, options: SearchOptions, reranker=None, gate=None) -> None:
+        """Args:
+            index: the chunks and channels.
+            options: the search flags.
+            reranker: a second stage (``score(query, chunks)``), or None.
+            gate: a :class:`rag.search.signals.LearnedGate` that decides abstention instead of
+                the dense bands, or None.
+        """
         self.index = index
         self.options = options
         self.reranker = reranker
+        self.gate = gate
 
-    def search(self, query: str, *, depth: int | None = None) -> SearchResult:
+    def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank):
+        """Every abstention signal, scoring the channels the route did not run."""
+        from rag.search.signals import compute_signals
+
+        if dense_scores is None and self.index.dense is not None:
+            dense_scores = self.index.dense.scores(self.index.dense.embed_query(query))
+            if allowed is not None:
+                dense_scores = np.where(allowed, dense_scores, -np.inf).astype(np.float32)
+        if bm25_scores is None and self.index.bm25 is not None:
+            bm25_scores = self.index.bm25.score_all(query)
+            if allowed is not None:
+                bm25_scores = np.where(allowed, bm25_scores, 0.0)
+        return compute_signals(dense_scores=dense_scores, bm25_scores=bm25_scores,
+                               chunk_paths=self.index.chunk_paths, top_rerank=top_rerank)
+
+    def search(self, query: str, *, depth: int | None = None,
+               with_signals: bool = False) -> SearchResult:
         """Search one query.
 
         Args:
@@ -126,6 +156,8 @@ class SearchPipeline:
                 ``top_k`` hits). A single-channel route ranks up to ``max(candidates,
                 10 * depth)`` chunks; a hybrid route fuses the top ``candidates`` chunks of
                 each channel, so its ranking can hold fewer than ``depth`` paths.
+            with_signals: also compute every abstention signal (``result.signals``), scoring
+                the channels the route skipped *after* the timed search (evaluation only).
 
         Raises:
             ValueError: empty query, or a dense route on an index without embeddings.
@@ -210,7 +242,14 @@ class SearchPipeline:
         top_dense = float(dense_scores.max()) if dense_scores is not None and len(dense_scores) else None
         if top_dense is not None and not np.isfinite(top_dense):
             top_dense = None
-        if o.rerank_gated and self.reranker is not None:
+        signals = gate_score = None
+        if self.gate is not None:
+            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
+            gate_score = self.gate.probability(signals)
+            lo = self.gate.min_score if self.gate.min_score is not None else float("-inf")
+            decision = band(gate_score, min_dense=lo,
+                            weak_dense=self.gate.weak_score if self.gate.weak_score is not None else lo)
+        elif o.rerank_gated and self.reranker is not None:
             lo = o.rerank_min if o.rerank_min is not None else float("-inf")
             decision = band(top_rerank, min_dense=lo,
                             weak_dense=o.rerank_weak if o.rerank_weak is not None else lo)
@@ -228,16 +267,25 @@ class SearchPipeline:
             cut = max(cut, o.top_k)
         ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores, rerank_scores)
                   for i, s in order[:cut]]
+        # abstention acts on what is returned, never on the ranking (DESIGN.md §5: ranking
+        # metrics must not move with a threshold)
+        hits = ranked[:o.top_k]
         dropped = 0
         if decision.drop:
-            dropped = min(len(ranked), o.top_k)
-            ranked = []
+            dropped = len(hits)
+            hits = []
         t["abstain"] = time.perf_counter() - t0
         timings = {k: v * 1000.0 for k, v in t.items()}
         timings["total"] = (time.perf_counter() - t_start) * 1000.0
-        return SearchResult(hits=ranked[:o.top_k], ranked=ranked, route=eff, top_dense=top_dense,
+        if with_signals and signals is None:
+            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
+        # a lexical route that found nothing says why (no term in the corpus, or IDF 0)
+        reason = (self.index.bm25.empty_reason(query, allowed)
+                  if eff == "bm25" and not bm25_rank else None)
+        return SearchResult(hits=hits, ranked=ranked, route=eff, top_dense=top_dense,
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings,
-                            top_rerank=top_rerank, candidates=candidates)
+                            top_rerank=top_rerank, candidates=candidates, signals=signals,
+                            gate_score=gate_score, reason=reason)
 
     def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores,
              rerank_scores=None) -> Hit:

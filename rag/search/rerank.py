@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -66,7 +67,11 @@ class LateInteractionReranker:
 
         model_id = embedder.model_id + "|token_embeddings"
         self.model_id = model_id
-        self._db = sqlite3.connect(cache_dir / f"{_safe_name(model_id)}.sqlite", timeout=60)
+        # rag serve scores requests on a thread pool: one connection shared across threads,
+        # every use under a lock
+        self._db = sqlite3.connect(cache_dir / f"{_safe_name(model_id)}.sqlite", timeout=60,
+                                   check_same_thread=False)
+        self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS tok (hash TEXT PRIMARY KEY, n INTEGER NOT NULL,"
                          " dim INTEGER NOT NULL, vec BLOB NOT NULL)")
@@ -83,11 +88,12 @@ class LateInteractionReranker:
         disk)."""
         hashes = [c.content_hash for c in chunks]
         found: dict[str, np.ndarray] = {}
-        for start in range(0, len(hashes), 900):
-            part = hashes[start:start + 900]
-            q = f"SELECT hash, n, dim, vec FROM tok WHERE hash IN ({','.join('?' * len(part))})"
-            for h, n, dim, blob in self._db.execute(q, part):
-                found[h] = np.frombuffer(blob, dtype=np.float16).reshape(n, dim).astype(np.float32)
+        with self._lock:
+            for start in range(0, len(hashes), 900):
+                part = hashes[start:start + 900]
+                q = f"SELECT hash, n, dim, vec FROM tok WHERE hash IN ({','.join('?' * len(part))})"
+                for h, n, dim, blob in self._db.execute(q, part).fetchall():
+                    found[h] = np.frombuffer(blob, dtype=np.float16).reshape(n, dim).astype(np.float32)
         todo = [c for c in chunks if c.content_hash not in found]
         if todo:
             vecs = self._encode([c.indexed_text for c in todo])
@@ -95,8 +101,9 @@ class LateInteractionReranker:
             for c, v in zip(todo, vecs):
                 found[c.content_hash] = v
                 rows.append((c.content_hash, v.shape[0], v.shape[1], v.astype(np.float16).tobytes()))
-            self._db.executemany("INSERT OR IGNORE INTO tok VALUES (?, ?, ?, ?)", rows)
-            self._db.commit()
+            with self._lock:
+                self._db.executemany("INSERT OR IGNORE INTO tok VALUES (?, ?, ?, ?)", rows)
+                self._db.commit()
         return [found[h] for h in hashes]
 
     def score(self, query: str, chunks: Sequence) -> list[float]:

@@ -4,6 +4,14 @@
   field; an empty query 422; a query over ``MAX_QUERY_CHARS`` 422.
 * ``GET /health`` — the index's size, embedder and corpus fingerprint.
 
+Bad input is a 4xx, never a 500: every malformed body (invalid JSON, not an object, wrong types,
+non-finite numbers, unpaired surrogates) gets 422 whose ``detail`` lists each error's ``loc``,
+``type`` and ``msg`` but never the offending value (:func:`public_errors`); a body over
+``max_body_bytes`` (``--max-body-bytes`` / ``RAG_MAX_BODY_BYTES``, default 64 KiB) gets 413 before
+anything parses it (:class:`RequestGuard`). An exception escaping the app (a bug) is a 500 whose
+log line holds the exception's *type* and code location only — never its message, arguments,
+locals or traceback text, any of which may hold the query.
+
 Service defaults come from the composed config, and the seed's environment flags map onto the
 same keys as the Hydra overrides (:data:`ENV_FLAGS`). One JSON log line per request records
 query *length*, flags, retrieved path/category/score and per-stage latency — never the query
@@ -15,13 +23,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import sys
 import time
-from typing import Literal, Optional
+import traceback
+from typing import Any, Literal, Optional
 
 from omegaconf import OmegaConf
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_QUERY_CHARS = 2000
+MAX_CORPUS_CHARS = 200
+# 2000 characters of query are at most 24 000 bytes of JSON (a surrogate pair escaped as
+# \uXXXX\uXXXX is 12 bytes per character), so 64 KiB never refuses a real query
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+# a body over the limit but at most this size is read and discarded before the 413 is sent, so
+# clients that write the whole body before reading the answer (http.client, urllib) still get
+# the 413 instead of a reset connection; a larger one is answered at once and the connection closed
+DRAIN_MAX_BYTES = 32 * 1024 * 1024
+# FastAPI's 400 detail when reading the body raised something other than a JSON syntax error
+_UNPARSABLE_BODY = "There was an error parsing the body"
 log = logging.getLogger("rag.serve")
 
 # environment flag -> config key (the same keys as Hydra overrides and request fields)
@@ -48,31 +69,224 @@ def env_overrides(environ: dict[str, str] | None = None) -> list[str]:
     return [f"{key}={environ[name]}" for name, key in ENV_FLAGS.items() if environ.get(name)]
 
 
+def resolve_max_body_bytes(value: int | str | None = None,
+                           environ: dict[str, str] | None = None) -> int:
+    """The request body limit in bytes: ``value`` (``--max-body-bytes``) if given, else the
+    ``RAG_MAX_BODY_BYTES`` environment flag if set, else :data:`DEFAULT_MAX_BODY_BYTES`.
+
+    Raises:
+        ValueError: the chosen value is not a positive integer (the message names its source).
+    """
+    environ = os.environ if environ is None else environ
+    source, raw = ("--max-body-bytes", value) if value is not None else \
+        ("RAG_MAX_BODY_BYTES", environ.get("RAG_MAX_BODY_BYTES") or None)
+    if raw is None:
+        return DEFAULT_MAX_BODY_BYTES
+    try:
+        limit = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{source} must be a positive integer (bytes), got {raw!r}") from None
+    if limit < 1:
+        raise ValueError(f"{source} must be a positive integer (bytes), got {raw!r}")
+    return limit
+
+
 class SearchRequest(BaseModel):
     """One search; every field but ``query`` overrides the service default for this request."""
 
-    model_config = ConfigDict(extra="forbid")
+    # non-finite numbers (JSON NaN/Infinity, which Python's json module accepts) are refused
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    corpus: Optional[str] = None
+    corpus: Optional[str] = Field(default=None, min_length=1, max_length=MAX_CORPUS_CHARS)
     mode: Optional[Literal["auto", "bm25", "dense", "hybrid"]] = None
     prose_mode: Optional[Literal["dense", "hybrid"]] = None
     top_k: Optional[int] = Field(default=None, ge=1, le=200)
     candidates: Optional[int] = Field(default=None, ge=1, le=2000)
     rerank: Optional[bool] = None
-    min_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    weak_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    min_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    weak_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
     types: Optional[list[Category]] = None
 
+    @field_validator("query", "corpus", mode="before")
+    @classmethod
+    def _utf8_text(cls, value: Any) -> Any:
+        """Refuse text that cannot be encoded as UTF-8 (an unpaired surrogate such as the JSON
+        escape ``"\\ud800"``) — it could be neither searched nor written to a log or response."""
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("must be valid Unicode text (it holds an unpaired "
+                                 "surrogate)") from None
+        return value
 
-def create_app(cfg, index, manifest: dict | None = None):
+
+_SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def _loc_part(part: Any, *, for_log: bool) -> Any:
+    """One element of an error's ``loc`` as it may be shown: positions and this API's own names
+    as they are; a field name the client invented only in a response (the client's own key,
+    if it looks like a name) and never in a log line."""
+    if isinstance(part, int) and not isinstance(part, bool):
+        return part
+    if isinstance(part, str) and (part == "body" or part in SearchRequest.model_fields):
+        return part
+    if not for_log and isinstance(part, str) and _SAFE_NAME.fullmatch(part):
+        return part
+    return "<unknown field>"
+
+
+def public_errors(errors: list[dict], *, for_log: bool = False) -> list[dict]:
+    """Validation errors as they may leave the process: ``loc``, ``type`` and (not for a log)
+    ``msg`` of each — never ``input``, ``ctx`` or anything else holding the submitted value."""
+    out = []
+    for err in errors:
+        kind = str(err.get("type", "invalid"))
+        item: dict = {"loc": [_loc_part(p, for_log=for_log) for p in err.get("loc", ())],
+                      "type": kind if _SAFE_NAME.fullmatch(kind) else "invalid"}
+        if not for_log:
+            msg = str(err.get("msg", ""))[:300]
+            value = err.get("input")
+            if isinstance(value, str) and len(value) >= 3 and value in msg:
+                msg = kind  # a message that quotes the input is replaced by the error type
+            item["msg"] = msg.encode("utf-8", "replace").decode("utf-8")
+        out.append(item)
+    return out
+
+
+def _where(exc: BaseException) -> list[str]:
+    """Code locations (file:line in function) of the innermost frames of ``exc``'s traceback:
+    enough to find a bug, with no message, arguments or local values."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return [f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]
+
+
+async def _send_json(send, status: int, body: dict, *, close: bool = False) -> None:
+    """Send a complete JSON response over ASGI ``send``."""
+    payload = json.dumps(body).encode("utf-8")
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(payload)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+async def _drain(receive, budget: int) -> None:
+    """Read and discard request body messages until the body ends, the client goes away or
+    ``budget`` bytes were discarded."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
+class RequestGuard:
+    """ASGI middleware around the app (inside Starlette's server-error layer, so nothing it
+    stops reaches uvicorn's or Starlette's traceback logging).
+
+    * A body over ``max_body_bytes`` is answered 413 and never parsed or kept: decided from
+      ``Content-Length`` before any of it is read, or as soon as a streamed (chunked) body
+      passes the limit. The rest of it (up to :data:`DRAIN_MAX_BYTES`) is read and discarded
+      before the answer, so a client that writes the whole body before reading still sees the
+      413; past that the 413 is sent at once and the connection closed.
+    * Any exception escaping the app becomes a 500 ``{"detail": "internal error"}`` and one log
+      line with the exception's type and code location (:func:`_where`) — its message, args
+      and locals may hold the query and are never logged.
+    """
+
+    def __init__(self, app, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def _too_large(self, send, seen: int | None) -> None:
+        log.info(json.dumps({"event": "rejected", "status": 413, "type": "body_too_large",
+                             "limit_bytes": self.max_body_bytes, "body_bytes": seen}))
+        await _send_json(send, 413, {"detail": [{
+            "loc": ["body"], "type": "body_too_large",
+            "msg": f"request body is over the limit of {self.max_body_bytes} bytes"}]}, close=True)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        try:
+            declared = int(headers[b"content-length"]) if b"content-length" in headers else None
+        except ValueError:
+            declared = None  # the HTTP server refuses a malformed Content-Length itself
+        limit = self.max_body_bytes
+        if declared is not None and declared > limit:
+            # a client waiting for "100 Continue" has not sent the body and never will
+            expects = b"100-continue" in headers.get(b"expect", b"").lower()
+            if declared <= DRAIN_MAX_BYTES and not expects:
+                await _drain(receive, DRAIN_MAX_BYTES)
+            await self._too_large(send, declared)
+            return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before sending its body
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            more = message.get("more_body", False)
+            if total > limit:
+                if more:
+                    await _drain(receive, DRAIN_MAX_BYTES - total)
+                await self._too_large(send, None)
+                return
+            chunks.append(chunk)
+            if not more:
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        started = False
+
+        async def tracked_send(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, replay, tracked_send)
+        except Exception as exc:  # noqa: BLE001 — the one place a bug becomes a 500
+            route = scope.get("path") if scope.get("path") in ("/search", "/health") else "<other>"
+            log.error(json.dumps({"event": "error", "status": 500, "route": route,
+                                  "error": type(exc).__name__, "where": _where(exc)}))
+            if not started:
+                await _send_json(send, 500, {"detail": "internal error"})
+
+
+def create_app(cfg, index, manifest: dict | None = None, *,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
 
     ``manifest`` is the published build's (:mod:`rag.index.versioned`); if it carries
     ``refused`` (the index's embedder or dimension differs from the config), every search is
-    answered 409 naming the mismatch and nothing is scored.
+    answered 409 naming the mismatch and nothing is scored. A request body over
+    ``max_body_bytes`` is answered 413 (:class:`RequestGuard`).
     """
     from fastapi import FastAPI, HTTPException
+    from fastapi.exception_handlers import http_exception_handler
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from rag.index.versioned import age_hours
     from rag.search.pipeline import SearchOptions, SearchPipeline
@@ -80,7 +294,31 @@ def create_app(cfg, index, manifest: dict | None = None):
     manifest = manifest or {}
     refused = manifest.get("refused")
     defaults = SearchOptions.from_config(cfg)
-    app = FastAPI(title="rag", description="Retrieval over a code repository.")
+    # FastAPI's own telemetry log records would carry exception messages: off
+    app = FastAPI(title="rag", description="Retrieval over a code repository.",
+                  telemetry={"logs": False})
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request, exc: RequestValidationError):
+        """422 naming each bad field and the problem type, never echoing the value."""
+        errors = list(exc.errors())
+        log.info(json.dumps({"event": "rejected", "status": 422,
+                             "errors": public_errors(errors, for_log=True)}))
+        return JSONResponse({"detail": public_errors(errors)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc: StarletteHTTPException):
+        """FastAPI's bare 400 for a body it could not decode at all (bytes that are not UTF-8,
+        JSON nested past Python's recursion limit) becomes the same 422 as any other JSON that
+        does not parse; every other HTTP error keeps FastAPI's answer."""
+        if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
+            errors = [{"loc": ["body"], "type": "json_invalid",
+                       "msg": "the body is not JSON text in UTF-8 (or is nested too deeply)"}]
+            log.info(json.dumps({"event": "rejected", "status": 422,
+                                 "errors": public_errors(errors, for_log=True)}))
+            return JSONResponse({"detail": errors}, status_code=422)
+        return await http_exception_handler(request, exc)
 
     rerankers: list = []
 
@@ -130,8 +368,8 @@ def create_app(cfg, index, manifest: dict | None = None):
             if not req.query.strip():
                 raise HTTPException(status_code=422, detail="query: must not be blank")
             if req.corpus not in (None, cfg.corpus.name):
-                raise HTTPException(status_code=404, detail=f"corpus {req.corpus!r} is not served "
-                                                            f"here (this service: {cfg.corpus.name!r})")
+                raise HTTPException(status_code=404, detail=f"corpus: not served here (this "
+                                                            f"service: {cfg.corpus.name!r})")
             use_rerank = cfg.rerank.enabled if req.rerank is None else req.rerank
             reranker = None
             if use_rerank:
@@ -174,17 +412,28 @@ def create_app(cfg, index, manifest: dict | None = None):
     return app
 
 
-def serve(host: str, port: int, overrides: list[str]) -> int:
-    """Load the index once and serve it with uvicorn (127.0.0.1 by default)."""
+def serve(host: str, port: int, overrides: list[str], *,
+          body_limit: int | str | None = None) -> int:
+    """Load the index once and serve it with uvicorn (127.0.0.1 by default).
+
+    ``body_limit`` is ``--max-body-bytes``; without it ``RAG_MAX_BODY_BYTES`` or 64 KiB applies
+    (:func:`resolve_max_body_bytes`). Returns 2 with one ``error:`` line if the limit is not a
+    positive integer.
+    """
     import uvicorn
 
     from rag.search_cli import _load
 
+    try:
+        limit = resolve_max_body_bytes(body_limit)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg, index, manifest = _load(env_overrides() + overrides, strict=False)
     if manifest.get("refused"):
         log.error(json.dumps({"event": "index_refused", "reason": manifest["refused"]}))
-    app = create_app(cfg, index, manifest)
+    app = create_app(cfg, index, manifest, max_body_bytes=limit)
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

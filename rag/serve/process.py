@@ -10,7 +10,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
+
+# loopback traffic never goes through an HTTP proxy set in the environment
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
@@ -21,32 +25,51 @@ def free_port() -> int:
 
 
 def start(overrides: list[str], *, env: dict[str, str] | None = None, capture: bool = False,
-          timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+          timeout_s: float = 600.0, options: Sequence[str] = (),
+          log_path: str | os.PathLike | None = None) -> tuple[subprocess.Popen, str]:
     """Run ``python -m rag serve`` on a free port and wait until GET /health answers.
 
+    Args:
+        overrides: KEY=VALUE config overrides.
+        options: ``rag serve`` options placed before them (e.g. ``["--max-body-bytes", "4096"]``).
+        capture: its stdout+stderr go to ``process.stdout`` (returned by :func:`stop`).
+        log_path: its stdout+stderr go to this file instead (readable while it runs, and a
+            chatty server can never block on a full pipe); takes precedence over ``capture``.
+
     Returns:
-        (process, base URL). With ``capture`` its stdout+stderr go to ``process.stdout``.
+        (process, base URL).
 
     Raises:
         RuntimeError: the server exited or did not answer within ``timeout_s`` (with its
-            output when captured).
+            output when captured or logged).
     """
     port = free_port()
-    out: Any = subprocess.PIPE if capture else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", "rag", "serve", "--port", str(port), *overrides],
-                            stdout=out, stderr=subprocess.STDOUT if capture else subprocess.DEVNULL,
-                            text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-                            start_new_session=True)
+    log_file = None if log_path is None else open(log_path, "w", encoding="utf-8")  # noqa: SIM115
+    out: Any = log_file or (subprocess.PIPE if capture else subprocess.DEVNULL)
+    err: Any = subprocess.STDOUT if (log_file or capture) else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "rag", "serve", "--host", "127.0.0.1",
+                                 "--port", str(port), *options, *overrides],
+                                stdout=out, stderr=err, text=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+                                start_new_session=True)
+    finally:
+        if log_file is not None:
+            log_file.close()  # the child holds its own descriptor
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            urllib.request.urlopen(f"{base}/health", timeout=2)
-            return proc, base
+            with _LOOPBACK.open(f"{base}/health", timeout=2):
+                return proc, base
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 stop(proc)
-                tail = proc.stdout.read()[-2000:] if capture and proc.stdout else ""
+                if log_path is not None:
+                    with open(log_path, encoding="utf-8", errors="replace") as fh:
+                        tail = fh.read()[-2000:]
+                else:
+                    tail = proc.stdout.read()[-2000:] if capture and proc.stdout else ""
                 raise RuntimeError(f"rag serve did not start: {tail}") from None
             time.sleep(0.5)
 

@@ -1,0 +1,73 @@
+"""No silent mislabelling (issue 11): unknown keys, the corpus's own name, golden sets of
+another corpus, MLFLOW_TRACKING_URI and paths.output_dir."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from conftest import PROJECT
+from rag.config import default_corpus_name, ledger_uri, output_path, validate
+
+
+def test_unknown_keys_are_refused_with_the_closest_known(compose):
+    with pytest.raises(ValueError, match=r"unknown config key 'search.mdoe'; did you mean 'search.mode'"):
+        validate(compose(["+search.mdoe=bm25"]))
+    with pytest.raises(ValueError, match=r"unknown config key 'searchh'; did you mean 'search'"):
+        validate(compose(["+searchh.mode=bm25"]))
+    validate(compose(["search.mode=bm25"]))  # a known key passes
+    validate(compose(["+sweep=routing"]))  # so does every sweep file's key
+
+
+def test_corpus_name_is_the_corpus_own(compose, tmp_path):
+    assert compose([]).corpus.name == "flask-3.1.3"
+    repo = tmp_path / "myrepo"
+    repo.mkdir()
+    assert compose([f"corpus.path={repo}"]).corpus.name == "myrepo"
+    assert compose([f"corpus.path={repo}", "corpus.name=other"]).corpus.name == "other"
+    assert default_corpus_name(None, "requests==2.32.3") == "requests-2.32.3"
+    odd = default_corpus_name(str(tmp_path / "it's"), None)
+    assert odd.startswith("it_s-") and "'" not in odd
+    with pytest.raises(ValueError, match="corpus.path=DIR or corpus.sdist"):
+        default_corpus_name(None, None)
+
+
+def test_output_dir_moves_every_written_path(compose, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = compose([f"paths.output_dir={tmp_path}"])
+    assert ledger_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert output_path(cfg, cfg.tracking.artifact_root) == tmp_path / "mlartifacts"
+    assert output_path(cfg, cfg.tracking.report_path) == tmp_path / "reports" / "ledger.md"
+    default = compose([])
+    assert ledger_uri(default) == f"sqlite:///{PROJECT / 'mlflow.db'}"
+
+
+def test_mlflow_tracking_uri_is_honoured(compose, tmp_path, monkeypatch):
+    from rag.config import default_tracking_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'team.db'}")
+    assert ledger_uri(compose([])) == f"sqlite:///{tmp_path / 'team.db'}"
+    assert default_tracking_uri(None) == f"sqlite:///{tmp_path / 'team.db'}"
+    assert default_tracking_uri("sqlite:///x.db") == f"sqlite:///{PROJECT / 'x.db'}"
+    # an explicit tracking.uri still wins
+    assert ledger_uri(compose(["tracking.uri=sqlite:////abs/l.db"])) == "sqlite:////abs/l.db"
+
+
+def test_golden_set_of_another_corpus_fails_in_one_line(tmp_path, fixture_repo):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag.run", f"corpus.path={fixture_repo}",
+         f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path}"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 2
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1, proc.stderr
+    assert "'flask-3.1.3'" in err[0] and "'repo'" in err[0] and "eval.golden_dir" in err[0]
+    db = tmp_path / "mlflow.db"  # the store may be opened before evaluation; no row in it
+    if db.exists():
+        import sqlite3
+
+        with sqlite3.connect(db) as con:
+            assert con.execute("select count(*) from runs").fetchone()[0] == 0
