@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p_diff.add_argument("--json", action="store_true", help="print JSON instead of text")
     p_diff.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
     p_diff.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI; a relative sqlite path is taken from the "
-                             "project root (default: $MLFLOW_TRACKING_URI, else "
-                             "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+                        help="MLflow tracking URI; a relative sqlite path is taken from "
+                             "$RAG_OUTPUT_DIR or the project root (default: $MLFLOW_TRACKING_URI, "
+                             "else sqlite:///mlflow.db)")
     p_search = sub.add_parser("search", help="search a corpus with the configured pipeline")
     p_search.add_argument("query", help="the question or identifier")
     p_search.add_argument("--mode", choices=["auto", "bm25", "dense", "hybrid"], default=None,

@@ -369,7 +369,14 @@ def default_tracking_uri(flag: str | None = None) -> str:
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` under ``$RAG_OUTPUT_DIR`` (or the
     project root) — the same store ``python -m rag.run`` writes by default."""
     uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-    return tracking_uri(uri, base=expand_path(os.environ.get("RAG_OUTPUT_DIR", ".")))
+    return tracking_uri(uri, base=default_output_dir())
+
+
+def default_output_dir() -> Path:
+    """Where commands outside a Hydra run (``rag report``, ``rag diff``, ``rag golden``) take
+    relative store and report paths from: ``$RAG_OUTPUT_DIR``, else the project root — the
+    same place ``paths.output_dir`` defaults to."""
+    return expand_path(os.environ.get("RAG_OUTPUT_DIR", "."))
 
 
 def output_dir(cfg: DictConfig) -> Path:
@@ -453,6 +460,12 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"embedder.max_seq_length must be >= 8, got {cfg.embedder.max_seq_length}")
     if cfg.corpus.path is None and not cfg.corpus.sdist:
         raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
+    from rag.names import safe_component
+
+    # corpus.name names a folder and an experiment: check what the user wrote, uninterpolated
+    # (the default, an interpolation of the corpus's own name, is made safe when resolved)
+    raw = OmegaConf.to_container(cfg.corpus, resolve=False)["name"]
+    safe_component(str(cfg.corpus.name if raw == CorpusConfig.name else raw), what="corpus.name")
 
 
 def _schema_keys(node: Any, prefix: str = "") -> set[str]:
@@ -465,6 +478,19 @@ def _schema_keys(node: Any, prefix: str = "") -> set[str]:
     return out
 
 
+def _unknown_key_error(key: str, known: set[str]) -> ValueError:
+    """The error for an unknown key, naming the closest known key at the same depth."""
+    import difflib
+
+    parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    siblings = [s for s in known if s.startswith(parent) and s.count(".") == key.count(".")]
+    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.5) or difflib.get_close_matches(
+        key, [s for s in known if s.count(".") == key.count(".")], n=1, cutoff=0.5)
+    return ValueError(f"unknown config key {key!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                      + " (the schema is rag/config.py; Hydra's '+' adds keys the schema "
+                      "does not know, and rag refuses them)")
+
+
 def check_known_keys(cfg: DictConfig) -> None:
     """Refuse any key the schema (:class:`RagConfig`) does not declare — e.g. one added with
     Hydra's ``+`` (``+search.mdoe=bm25``), which struct mode lets through.
@@ -472,20 +498,32 @@ def check_known_keys(cfg: DictConfig) -> None:
     Raises:
         ValueError: naming the unknown key and the closest known one.
     """
-    import difflib
-
-    schema = OmegaConf.structured(RagConfig)
-    known = _schema_keys(schema)
+    known = _schema_keys(OmegaConf.structured(RagConfig))
     seen = _schema_keys(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]))
     unknown = sorted(seen - known, key=lambda k: (k.count("."), k))  # the outermost first
     if unknown:
-        k = unknown[0]
-        parent = k.rsplit(".", 1)[0] + "." if "." in k else ""
-        siblings = [s for s in known if s.startswith(parent) and s.count(".") == k.count(".")]
-        close = difflib.get_close_matches(k, siblings, n=1, cutoff=0.5)
-        raise ValueError(f"unknown config key {k!r}" + (f"; did you mean {close[0]!r}?" if close else "")
-                         + " (the schema is rag/config.py; Hydra's '+' adds keys the schema "
-                         "does not know, and rag refuses them)")
+        raise _unknown_key_error(unknown[0], known)
+
+
+def check_override_keys(args: list[str]) -> None:
+    """Refuse, before Hydra composes anything, a ``KEY=VALUE`` command-line override whose key
+    is neither a schema key, a config group (``conf/<group>/``) nor a ``hydra`` key — so a
+    typo such as ``search.mdoe=bm25`` gets the closest known key instead of Hydra's advice to
+    add it with ``+`` (which :func:`check_known_keys` would refuse anyway).
+
+    Raises:
+        ValueError: see :func:`check_known_keys`.
+    """
+    known = _schema_keys(OmegaConf.structured(RagConfig))
+    conf = project_root() / "conf"
+    groups = {d.name for d in conf.iterdir() if d.is_dir()} if conf.is_dir() else set()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
+        if key.startswith("hydra") or key in groups or key in known:
+            continue
+        raise _unknown_key_error(key, known)
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

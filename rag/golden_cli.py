@@ -38,8 +38,8 @@ def add_parser(sub) -> None:
     pw.add_argument("--metric", action="append", default=None,
                     help=f"metric column of per_query.csv (repeatable; default {', '.join(POWER_METRICS)})")
     pw.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the project's "
-                         "sqlite:///mlflow.db)")
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                         "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
     pw.add_argument("--json", action="store_true", help="print JSON")
     ex = acts.add_parser(
         "expected",
@@ -54,8 +54,8 @@ def add_parser(sub) -> None:
     ex.add_argument("--tolerance", type=float, default=None,
                     help="absolute tolerance per metric (default 0.005)")
     ex.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the project's "
-                         "sqlite:///mlflow.db)")
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                         "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
 
 
 def power_table(per_query, *, effect: float, correlation: float,
@@ -73,8 +73,8 @@ def power_table(per_query, *, effect: float, correlation: float,
 
     if not -1.0 <= correlation < 1.0:
         raise ValueError(f"--correlation must be in [-1, 1), got {correlation}")
-    if effect <= 0:
-        raise ValueError(f"--effect must be > 0, got {effect}")
+    if not (effect > 0 and effect != float("inf")):  # also refuses NaN
+        raise ValueError(f"--effect must be a finite number > 0, got {effect}")
     rows = []
     for m in metrics:
         if m not in per_query.columns:
@@ -96,23 +96,27 @@ def expected_command(args: argparse.Namespace) -> int:
 
     from rag.config import default_tracking_uri
     from rag.eval.expected import DEFAULT_TOLERANCE, EXPECTED_FILE, ExpectedError, render_expected
-    from rag.ledger.mlflow_store import Ledger
+    from rag.ledger.mlflow_store import Ledger, LedgerError
 
     try:
-        ledger = Ledger(default_tracking_uri(args.tracking_uri))
+        tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+        if not (tol >= 0 and tol != float("inf")):
+            raise ValueError(f"--tolerance must be a finite number >= 0, got {tol}")
+        ledger = Ledger(default_tracking_uri(args.tracking_uri), create=False)
         run_id = ledger.resolve_run_id(args.run)
         row = ledger.client.get_run(run_id)
         tags = row.data.tags
+        if not args.out and "golden_dir" not in tags:
+            raise ValueError(f"row {run_id[:8]} does not record its golden directory; pass --out FILE")
         out = Path(args.out) if args.out else Path(tags["golden_dir"]) / EXPECTED_FILE
         overrides = json.loads(tags.get("hydra_overrides", "[]"))
         text = render_expected(
             corpus=tags.get("corpus", "?"), overrides=overrides,
             condition=" ".join(["python -m rag.run", *overrides]),
             golden_fingerprint=tags.get("golden_fingerprint", "?"), source_run=run_id,
-            metrics=row.data.metrics,
-            tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance)
+            metrics=row.data.metrics, tolerance=tol)
         out.write_text(text, encoding="utf-8")
-    except (LookupError, ValueError, OSError, KeyError, ExpectedError) as exc:
+    except (LookupError, ValueError, OSError, ExpectedError, LedgerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
@@ -122,19 +126,19 @@ def expected_command(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Dispatch ``rag golden ACTION``; exit 2 with one ``error:`` line on bad input."""
     from rag.config import default_tracking_uri
-    from rag.ledger.mlflow_store import Ledger
+    from rag.ledger.mlflow_store import Ledger, LedgerError
     from rag.ledger.sweep import per_query_frame
 
     if args.action == "expected":
         return expected_command(args)
     uri = default_tracking_uri(args.tracking_uri)
     try:
-        ledger = Ledger(uri)
+        ledger = Ledger(uri, create=False)
         run_id = ledger.resolve_run_id(args.run)
         frame = per_query_frame(ledger.download_text(run_id, "per_query.csv"))
         table = power_table(frame, effect=args.effect, correlation=args.correlation,
                             metrics=args.metric or list(POWER_METRICS))
-    except (LookupError, ValueError, OSError) as exc:
+    except (LookupError, ValueError, OSError, LedgerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

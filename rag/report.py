@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from rag.config import default_tracking_uri, expand_path, project_root
+from rag.config import default_output_dir, default_tracking_uri, expand_path, project_root
 from rag.ledger.mlflow_store import STALE_RUNNING_H, Ledger, LedgerError
 from rag.ledger.report import LedgerRow, render_ledger
 from rag.names import safe_component
@@ -73,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m rag.report",
         description="Write the markdown ledger (one row per MLflow run) from the MLflow store.")
     parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI; a relative sqlite path is taken from the "
-                             "project root (default: $MLFLOW_TRACKING_URI, else "
-                             "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+                        help="MLflow tracking URI; a relative sqlite path is taken from "
+                             "$RAG_OUTPUT_DIR or the project root (default: $MLFLOW_TRACKING_URI, "
+                             "else sqlite:///mlflow.db)")
     parser.add_argument("--out", default="reports/ledger.md",
-                        help="output file, relative to the project root (default: reports/ledger.md)")
+                        help="output file; a relative path is taken from $RAG_OUTPUT_DIR or the "
+                             "project root (default: reports/ledger.md)")
     parser.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
     parser.add_argument("--sweep", default=None, metavar="NAME",
                         help="write only this sweep's section, to reports/sweep_NAME.md "
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (": " + ", ".join(r[:8] for r in marked) if marked else ""))
         if args.experiments is not None:
             return _fill_experiments(ledger, uri, args.prefix, args.experiments)
-        path = write_report(uri, expand_path(out), prefix=args.prefix, sweep=args.sweep,
+        path = write_report(uri, expand_path(out, base=default_output_dir()), prefix=args.prefix, sweep=args.sweep,
                             ledger=ledger)
     except LedgerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -177,79 +176,47 @@ def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: b
                        "corpus.name=..., or eval.allow_corpus_mismatch=true to accept it)")
 
 
-def load_calibration(ref: str, uri: str) -> tuple[dict[str, Any], str]:
-    """The calibration.json that ``abstain.calibration`` names, and a label of where it came from.
-
-    Args:
-        ref: a calibration.json path, or a ledger run id (or unique prefix) in the store ``uri``.
-
-    Raises:
-        RunError: no such file or row, the row has no calibration.json, or it is not JSON.
-    """
-    path = Path(ref).expanduser()
-    try:
-        if path.is_file():
-            return json.loads(path.read_text()), f"file:{path.resolve()}"
-        if os.sep in ref or ref.endswith(".json"):
-            raise RunError(f"abstain.calibration={ref!r}: no such file")
-        from rag.ledger.mlflow_store import Ledger
-
-        ledger = Ledger(uri)
-        run_id = ledger.resolve_run_id(ref)
-        return json.loads(ledger.download_text(run_id, "calibration.json")), f"run:{run_id}"
-    except RunError:
-        raise
-    except LookupError as exc:
-        raise RunError(f"abstain.calibration={ref!r}: {exc} (ledger {uri})") from None
-    except ValueError as exc:
-        raise RunError(f"abstain.calibration={ref!r}: not a calibration JSON ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - MLflow's errors for a missing artifact vary
-        raise RunError(f"abstain.calibration={ref!r}: cannot read its calibration.json "
-                       f"({type(exc).__name__}: {exc})") from None
-
-
-def abstention_setup(cfg: DictConfig, options):
+def abstention_setup(cfg: DictConfig, options, cal, *, model_id: str, golden_fingerprint: str,
+                     has_reranker: bool, has_dense: bool):
     """(search options, learned gate or None, tags) with the abstention the config asks for.
 
-    ``abstain.calibration`` unset: the configured bands (source ``config``). Set: the bands
-    suggested by, or the learned gate of, that calibration (source ``transferred``); the tags
-    name it and the thresholds applied.
+    ``cal`` (a :class:`rag.eval.transfer.Calibration`, loaded before any indexing) is None:
+    the configured bands (source ``config``). Otherwise the bands it suggested, or its learned
+    gate, with source ``transferred`` (another golden set) or ``in_sample`` (this one); the
+    tags name it and the thresholds applied.
 
     Raises:
-        RunError: the calibration cannot be read or has no thresholds for the chosen signal.
+        RunError: the calibration was fitted with another embedder, has no thresholds for the
+            signal, or its gate reads a signal this run does not measure.
     """
-    from dataclasses import replace
-
-    from rag.search.signals import LearnedGate
+    from rag.eval.transfer import TransferError, check_model, dense_bands, gate_from, options_with, source_tag
 
     a = cfg.abstain
     signal = str(getattr(a.signal, "value", a.signal))
     tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
-    if not a.calibration:
-        tags.update(abstain_min=str(options.min_dense), abstain_weak=str(options.weak_dense))
+    if cal is None:
+        tags.update(abstain_min=_num(options.min_dense), abstain_weak=_num(options.weak_dense))
         return options, None, tags
-    cal, source = load_calibration(str(a.calibration), ledger_uri(cfg))
-    tags.update(abstain_thresholds_source="transferred", abstain_calibration_from=source)
-    if signal == "learned":
-        if "learned_gate" not in cal:
-            raise RunError(f"abstain.calibration={a.calibration!r} has no learned gate (it needs "
-                           "two or more signals measured on every query and >= 2 queries of each kind)")
-        try:
-            gate = LearnedGate.from_dict(cal["learned_gate"])
-        except ValueError as exc:
-            raise RunError(f"abstain.calibration={a.calibration!r}: {exc}") from None
-        tags.update(abstain_min=str(gate.min_score), abstain_weak=str(gate.weak_score),
-                    abstain_gate_features=",".join(gate.features))
-        return options, gate, tags
-    if "suggested_weak_dense" not in cal:
-        raise RunError(f"abstain.calibration={a.calibration!r} has no dense thresholds "
-                       "(was the dense channel measured on that row?)")
-    lo = cal.get("suggested_min_dense")
-    lo = -1.0 if lo is None else float(lo)  # None: the rule drops nothing
-    hi = cal.get("suggested_weak_dense")
-    hi = lo if hi is None else max(float(hi), lo)
-    tags.update(abstain_min=str(lo), abstain_weak=str(hi))
-    return replace(options, min_dense=lo, weak_dense=hi), None, tags
+    ref = str(a.calibration)
+    tags.update(abstain_thresholds_source=source_tag(cal, golden_fingerprint),
+                abstain_calibration_from=cal.source)
+    try:
+        check_model(cal, ref, model_id)
+        if signal == "learned":
+            gate = gate_from(cal, ref, has_reranker=has_reranker, has_dense=has_dense)
+            tags.update(abstain_min=_num(gate.min_score), abstain_weak=_num(gate.weak_score),
+                        abstain_gate_features=",".join(gate.features))
+            return options, gate, tags
+        bands = dense_bands(cal, ref)
+    except TransferError as exc:
+        raise RunError(str(exc)) from None
+    tags.update(abstain_min=_num(bands[0]), abstain_weak=_num(bands[1]))
+    return options_with(options, bands), None, tags
+
+
+def _num(v: float | None) -> str:
+    """A threshold as a tag: 4 decimals, ``none`` when the rule flags nothing."""
+    return "none" if v is None else f"{float(v):.4f}"
 
 
 def per_query_csv(rows: list[dict[str, Any]]) -> str:
@@ -319,8 +286,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"  index ({how}): {stats.get('files_indexed')} files, {stats.get('chunks')} chunks, "
           f"chunks embedded: {stats.get('chunks_embedded')}, from cache: "
           f"{stats.get('chunks_from_cache')}, truncated at {cfg.embedder.max_seq_length} "
-          f"word pieces: {stats.get('chunks_truncated')} "
-          f"({100 * stats.get('chunks_truncated_share', 0):.1f}%)", file=out)
+          f"word pieces: " + (f"{stats['chunks_truncated']} "
+                              f"({100 * stats.get('chunks_truncated_share', 0):.1f}%)"
+                              if stats.get("chunks_truncated") is not None
+                              else "n/a (no dense channel in this run)"), file=out)
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
@@ -331,7 +300,7 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
               if f"{k}_delta" in metrics]
     if deltas:
         print("  vs sweep baseline: " + "  ".join(deltas), file=out)
-    if "mrr_mde" in metrics:
+    if "mrr_mde" in metrics and metrics["mrr_mde"] == metrics["mrr_mde"]:  # NaN: not estimable
         mde = metrics["mrr_mde"]
         print(f"  minimum detectable effect (paired, alpha 0.05, power 0.8, "
               f"{int(metrics.get('paired_queries', 0))} positives): MRR {mde:.3f}  Recall@8 "
@@ -460,6 +429,14 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     # the ledger is opened (created, migrated) before any work, so that a store that cannot
     # be reached fails the run now, in one line, not after the whole evaluation
     ledger = open_ledger(cfg) if cfg.tracking.enabled else None
+    calibration = None
+    if cfg.abstain.calibration:  # a bad reference fails before any indexing or training
+        from rag.eval.transfer import TransferError, load_calibration
+
+        try:
+            calibration = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
+        except TransferError as exc:
+            raise RunError(str(exc)) from None
     root = corpus_root(cfg)
     golden_dir = expand_path(cfg.eval.golden_dir, base=project_root())
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
@@ -471,7 +448,10 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
     reranker = get_reranker(cfg, embedder)
-    options, gate, abstention_tags = abstention_setup(cfg, SearchOptions.from_config(cfg))
+    options, gate, abstention_tags = abstention_setup(
+        cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
+        golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
+        has_dense=index.dense is not None)
     pipeline = SearchPipeline(index, options, reranker=reranker, gate=gate)
     result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
@@ -479,8 +459,15 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                       gate_thresholds=[float(x) for x in cfg.rerank.gate_thresholds]
                       if reranker is not None else (),
                       target_false_weak=float(cfg.abstain.target_false_weak),
-                      target_dropped=float(cfg.abstain.target_dropped))
+                      target_dropped=float(cfg.abstain.target_dropped),
+                      count_tokens=embedder.count_tokens)
     metrics = dict(result.metrics)
+    # where these thresholds were fitted: checked when another run applies them
+    result.calibration["provenance"] = {
+        "corpus": str(cfg.corpus.name), "corpus_fingerprint": index.corpus_fingerprint,
+        "golden_fingerprint": golden.fingerprint, "model_id": embedder.model_id,
+        "search_mode": options.mode, "prose_mode": options.prose_mode,
+        "eval_filter": str(cfg.eval.filter), "abstain_signal": abstention_tags["abstain_signal"]}
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
               "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",
               "embedder_distill_s"):
@@ -598,4 +585,11 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from rag.config import check_override_keys
+
+    try:
+        check_override_keys(sys.argv[1:])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     main()

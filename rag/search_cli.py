@@ -84,13 +84,33 @@ def _has_override(overrides: list[str], key: str) -> bool:
     return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
 
 
+class CliError(SystemExit):
+    """A bad-input failure of a ``rag`` command: its one ``error: ...`` line has been printed to
+    stderr; the exit status is 2 (the README's code for bad input). ``str()`` is the line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def fail(message: str) -> CliError:
+    """Print ``error: message`` to stderr and return the :class:`CliError` to raise."""
+    line = f"error: {message}"
+    print(line, file=sys.stderr)
+    return CliError(line)
+
+
 def cli_error(exc: BaseException) -> None:
     """Turn a bad-input error — a RunError, a ValueError, or a Hydra/OmegaConf composition
-    error naming the bad override — into ``SystemExit("error: ...")``; re-raise anything else."""
+    error naming the bad override — into one ``error:`` line and exit status 2
+    (:class:`CliError`); re-raise anything else."""
     from rag.run import RunError
 
     if isinstance(exc, (RunError, ValueError)) or type(exc).__module__.startswith(("hydra", "omegaconf")):
-        raise SystemExit(f"error: {exc}") from None
+        raise fail(str(exc)) from None
     raise exc
 
 
@@ -133,7 +153,11 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
                                                          k1=cfg.bm25.k1, b=cfg.bm25.b,
                                                          expect=identity)
-                return cfg, index, manifest
+                built = manifest.get("stats", {}).get("header", "path_symbol")
+                if built == str(cfg.index.header):
+                    return cfg, index, manifest
+                print(f"warning: the published build indexes chunks with index.header={built}, "
+                      f"the config asks for {cfg.index.header}; rebuilding it", file=sys.stderr)
             except versioned.NoIndexError:
                 pass  # first use: build and publish below
             except versioned.CorpusMismatchError as exc:
@@ -152,6 +176,38 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         cli_error(exc)
 
 
+def search_abstention(cfg, index):
+    """(search options, learned gate or None): the config's search flags with the abstention
+    that ``abstain.signal`` / ``abstain.calibration`` ask for — the same setup the ledger's run
+    uses (:func:`rag.run.abstention_setup`), so `rag search` and `rag serve` abstain as the
+    measured row did.
+
+    Raises:
+        SystemExit (:class:`CliError`): the calibration cannot be read or applied.
+    """
+    from rag.config import ledger_uri
+    from rag.run import RunError, abstention_setup
+    from rag.search.pipeline import SearchOptions
+
+    try:
+        cal = None
+        if cfg.abstain.calibration:
+            from rag.eval.transfer import TransferError, load_calibration
+
+            try:
+                cal = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
+            except TransferError as exc:
+                raise RunError(str(exc)) from None
+        dense = getattr(index, "dense", None)
+        options, gate, _ = abstention_setup(
+            cfg, SearchOptions.from_config(cfg), cal,
+            model_id=dense.embedder.model_id if dense is not None else "",
+            golden_fingerprint="", has_reranker=False, has_dense=dense is not None)
+        return options, gate
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
+
+
 def search_command(args: Namespace) -> int:
     """Run one query and print the hits as a table or, with ``--json``, in the hit shape."""
     from rag.search.pipeline import SearchOptions, SearchPipeline
@@ -163,12 +219,12 @@ def search_command(args: Namespace) -> int:
         overrides.append(f"search.top_k={args.top_k}")
     path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
-        raise SystemExit("error: empty query")
+        raise fail("empty query")
     cfg, index, manifest = _load(overrides, corpus_dir=path)
-    opts = SearchOptions.from_config(cfg)
+    opts, gate = search_abstention(cfg, index)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
-    res = SearchPipeline(index, opts).search(args.query)
+    res = SearchPipeline(index, opts, gate=gate).search(args.query)
     from rag.index.versioned import age_hours
 
     age = age_hours(manifest)
@@ -183,20 +239,29 @@ def search_command(args: Namespace) -> int:
     if out["index"]["stale"]:
         print(f"warning: index {manifest['build_id']} is {age:.1f} h old (index.max_age_h="
               f"{cfg.index.max_age_h}); run `rag index` to refresh it", file=sys.stderr)
-    if args.json:
+    try:
+        _print_result(res, out, as_json=args.json)
+    except BrokenPipeError:  # `rag search ... | head`
+        sys.stderr.close()
+    return 0
+
+
+def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
+    """The result as JSON, or as a table (no table when nothing was returned)."""
+    if as_json:
         print(json.dumps(out, indent=2))
-        return 0
+        return
     print(f"route {res.route}  dropped {res.dropped}  weak_match {res.weak_match}  "
           f"({res.timings_ms['total']:.1f} ms)")
-    if res.reason:
-        print(f"no hits: {res.reason}")
+    if not res.hits:
+        print(f"no hits: {res.reason or 'nothing retrieved'}")
+        return
     fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} {'dense':>6} {'bm25':>7} {'rrf':>7}")
     for i, h in enumerate(res.hits, 1):
         loc = f"{h.path}:{h.start_line}-{h.end_line}"
         print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
               f"{fmt(h.scores['dense'], 3):>6} {fmt(h.scores['bm25'], 2):>7} {fmt(h.scores['rrf'], 4):>7}")
-    return 0
 
 
 def index_command(args: Namespace) -> int:

@@ -40,8 +40,7 @@ def test_risk_coverage_by_hand():
     assert curve[0] == [1.0, round(3 / 7, 4)]
     assert curve[-1] == [round(1 / 7, 4), 0.0]
     risks = [0, 0, 0, 1 / 4, 2 / 5, 2 / 6, 3 / 7]
-    expected = sum((risks[i] + risks[i + 1]) / 2 / 7 for i in range(6))
-    assert aurc == pytest.approx(expected)
+    assert aurc == pytest.approx(sum(risks) / 7)  # the mean risk over the 7 coverage levels
 
 
 def test_calibrate_signal_auc_overlap_and_message():
@@ -51,10 +50,15 @@ def test_calibrate_signal_auc_overlap_and_message():
     assert c["weak"]["threshold"] == pytest.approx(0.25) and c["met_target"]
     lo, hi = c["weak"]["abstain_ci"]
     assert 0.0 <= lo <= 1 / 3 <= hi <= 1.0
-    bad = calibrate_signal([0.1, 0.2], [0.9, 0.95], target_false_weak=0.1, target_dropped=0.0,
+    bad = calibrate_signal([0.5, 0.9], [0.6, 0.55], target_false_weak=0.1, target_dropped=0.0,
                            n_boot=50)
+    assert bad["auc"] == 0.5 and not bad["inverted"]
     assert not bad["met_target"] and bad["weak"]["threshold"] is None
-    assert "no threshold abstains on any negative" in bad["message"] and "100%" in bad["message"]
+    # flagging one negative (0.55) means flagging the positive at 0.5: half the positives
+    assert "no threshold abstains on any negative" in bad["message"] and "50%" in bad["message"]
+    inverted = calibrate_signal([0.1, 0.2], [0.9, 0.95], target_false_weak=0.1,
+                                target_dropped=0.0, n_boot=50)
+    assert inverted["auc"] == 0.0 and inverted["inverted"] and "AUC 0.000 < 0.5" in inverted["message"]
     with pytest.raises(ValueError, match="at least one positive and one negative"):
         calibrate_signal([0.5], [], target_false_weak=0.1, target_dropped=0.0)
 
@@ -66,8 +70,8 @@ def test_compute_signals_by_hand():
                         top_rerank=None)
     assert s["top_dense"] == pytest.approx(0.9)
     assert s["dense_margin"] == pytest.approx(0.4)  # the best chunk of another file is 0.5
-    top = np.array([2.0, 1.0, 0.0, 0.0])
-    assert s["bm25_top_z"] == pytest.approx((2.0 - top.mean()) / top.std())
+    # standardised over the matching chunks only: (2 - 1.5) / 0.5
+    assert s["bm25_top_z"] == pytest.approx(1.0)
     assert s["channel_agreement"] == pytest.approx(2 / 10)  # {a, b} in both top 10s
     assert s["top_rerank"] is None
     none = compute_signals(dense_scores=None, bm25_scores=np.zeros(4), chunk_paths=list("abcd"))
@@ -119,3 +123,33 @@ def test_calibrate_abstention_rows_and_plot(tmp_path):
     assert gate.weak_score == cal["signals"]["learned"]["weak"]["threshold"]
     png = plot_calibration(cal, rows, tmp_path / "cal.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_wilson_interval_by_hand():
+    from rag.eval.abstention import wilson
+
+    # 0 of 24: centre z^2/(2n)/(1+z^2/n), half the same -> [0, z^2/n / (1 + z^2/n)] = [0, 0.1380]
+    lo, hi = wilson(0, 24)
+    assert lo == 0.0 and hi == pytest.approx(3.8415 / 24 / (1 + 3.8415 / 24), abs=1e-4)
+    # 5 of 10: symmetric around 0.5, Wilson's tabled [0.2366, 0.7634]
+    assert wilson(5, 10) == pytest.approx([0.2366, 0.7634], abs=1e-4)
+    assert wilson(0, 0) == [0.0, 1.0]
+
+
+def test_top_dense_is_calibrated_on_the_queries_the_bands_act_on():
+    # two positives routed to BM25 have low cosines, but the bands never flag them
+    rows = [{"kind": "positive", "route": "dense", "top_dense": v, "supported": True}
+            for v in (0.6, 0.7, 0.8)]
+    rows += [{"kind": "positive", "route": "bm25", "top_dense": v, "supported": True}
+             for v in (0.1, 0.2)]
+    rows += [{"kind": "negative", "route": "dense", "top_dense": v} for v in (0.3, 0.4)]
+    cal = calibrate_abstention(rows, target_false_weak=0.0, target_dropped=0.0, n_boot=20)
+    c = cal["signals"]["top_dense"]
+    # as applied: every negative is flagged below (0.4 + 0.6) / 2 and no positive
+    assert c["weak"]["threshold"] == pytest.approx(0.5)
+    assert (c["weak"]["abstain_rate"], c["weak"]["false_weak_rate"]) == (1.0, 0.0)
+    assert "2 positives and 0 negatives routed to BM25" in c["population"]
+    assert cal["positive_min_top_dense"] == 0.1 and cal["overlap"] is True  # raw values
+    raw = calibrate_abstention(rows, target_false_weak=0.0, target_dropped=0.0, n_boot=20,
+                               bands_on_top_dense=False)["signals"]["top_dense"]
+    assert raw["weak"]["abstain_rate"] == 0.0  # on raw cosines 0.1 < 0.3: nothing can be flagged

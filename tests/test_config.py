@@ -34,6 +34,7 @@ def test_corpus_name_is_the_corpus_own(compose, tmp_path):
 
 def test_output_dir_moves_every_written_path(compose, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAG_OUTPUT_DIR", raising=False)
     cfg = compose([f"paths.output_dir={tmp_path}"])
     assert ledger_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert output_path(cfg, cfg.tracking.artifact_root) == tmp_path / "mlartifacts"
@@ -45,6 +46,7 @@ def test_output_dir_moves_every_written_path(compose, tmp_path, monkeypatch):
 def test_mlflow_tracking_uri_is_honoured(compose, tmp_path, monkeypatch):
     from rag.config import default_tracking_uri
 
+    monkeypatch.delenv("RAG_OUTPUT_DIR", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'team.db'}")
     assert ledger_uri(compose([])) == f"sqlite:///{tmp_path / 'team.db'}"
     assert default_tracking_uri(None) == f"sqlite:///{tmp_path / 'team.db'}"
@@ -71,3 +73,21 @@ def test_golden_set_of_another_corpus_fails_in_one_line(tmp_path, fixture_repo):
 
         with sqlite3.connect(db) as con:
             assert con.execute("select count(*) from runs").fetchone()[0] == 0
+
+
+def test_plain_typo_on_the_command_line_names_the_closest_key():
+    from rag.config import check_override_keys
+
+    with pytest.raises(ValueError, match=r"'search.mdoe'; did you mean 'search.mode'"):
+        check_override_keys(["search.mdoe=bm25"])
+    with pytest.raises(ValueError, match=r"'searchh.mode'; did you mean 'search.mode'"):
+        check_override_keys(["searchh.mode=bm25"])
+    # groups, sweeps, hydra keys, options and known keys pass
+    check_override_keys(["+sweep=routing", "rerank=cross_encoder", "hydra/launcher=joblib",
+                         "hydra.launcher.n_jobs=2", "--cfg", "job", "search.mode=bm25",
+                         "~rerank.model", "abstain.calibration=abc"])
+
+
+def test_escaping_corpus_name_is_refused_by_the_runner(compose):
+    with pytest.raises(ValueError, match="corpus.name='../../x' cannot be used as a folder name"):
+        validate(compose(["corpus.name=../../x"]))

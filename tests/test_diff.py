@@ -150,3 +150,20 @@ def test_diff_says_why_a_query_returned_nothing():
     assert row["q1"] == ["prose", "2", "2", "tie", "dropped"]
     assert row["q2"] == ["prose", "-", "-", "tie", "empty", "empty"]
     assert row["q3"] == ["prose", "1", "1", "tie", "weak"]
+
+
+def test_negatives_whose_abstention_changed_are_listed():
+    from rag.ledger.diff import negatives_changed
+
+    head = "query_id,kind,returned_as\n"
+    a = head + "p1,positive,returned\nn1,negative,weak\nn2,negative,returned\nn3,negative,dropped\n"
+    b = head + "p1,positive,returned\nn1,negative,weak\nn2,negative,dropped\nn3,negative,returned\n"
+    got = negatives_changed(a, b)
+    assert (got["negatives"], got["negatives_abstained_a"], got["negatives_abstained_b"]) == (3, 2, 2)
+    assert got["negatives_changed"] == [
+        {"query_id": "n2", "returned_a": "returned", "returned_b": "dropped"},
+        {"query_id": "n3", "returned_a": "dropped", "returned_b": "returned"}]
+    old = negatives_changed("query_id,kind\nn1,negative\n", b)  # a row from before the column
+    assert old["negatives"] == 0 and old["negatives_changed"] == []
+    text = render_text(summarize([], run_a="A", run_b="B") | got)
+    assert "3 shared negatives: A abstained on 2, B on 2" in text and "n2: A returned -> B dropped" in text

@@ -57,6 +57,8 @@ def test_bands_drop_and_flag(index):
     dropped = SearchPipeline(index, SearchOptions(min_dense=top + 0.01, weak_dense=top + 0.02)).search(q)
     assert len(index.chunks) >= 8
     assert dropped.hits == [] and dropped.dropped == 8
+    assert dropped.reason == (f"dropped by abstention: top dense cosine {top:.3f} < floor "
+                              f"{top + 0.01:.3f}")
     # the ranking before abstention is untouched by the floor (DESIGN.md §5)
     kept = SearchPipeline(index, SearchOptions(min_dense=0.0, weak_dense=0.0)).search(q)
     assert [h.chunk_id for h in dropped.ranked] == [h.chunk_id for h in kept.ranked]
@@ -137,3 +139,24 @@ def test_expected_type_filters_and_their_false_negative_rate(index, fixture_gold
     unfiltered = evaluate(p, golden, recall_ks=[1, 8], ndcg_k=10, depth=8, progress=False)
     assert "filter_false_negative_rate" not in unfiltered.metrics
     assert next(r for r in unfiltered.per_query if r["query_id"] == "prose-deploy")["recall_at_8"] == 1.0
+
+
+def test_index_header_is_an_ablation_axis(fixture_repo, embedder, tmp_path):
+    from rag.index.build import build_index, indexed_texts
+
+    full = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False)
+    bare = build_index(fixture_repo, embedder=embedder, cache_dir=tmp_path / "c", progress=False,
+                       header="none")
+    chunk = next(c for c in full.chunks if c.symbol == "handleAuthCallback")
+    texts, keys = indexed_texts([chunk], "symbol")
+    assert texts == ["handleAuthCallback\n" + chunk.text]
+    assert indexed_texts([chunk], "path_symbol") == (
+        ["src/shop/payments.py: handleAuthCallback\n" + chunk.text], [chunk.content_hash])
+    assert indexed_texts([chunk], "none")[0] == [chunk.text] and keys[0] != chunk.content_hash
+    # a header mode never reuses another mode's embeddings: the bare index embedded anew
+    assert bare.stats["chunks_embedded"] == len(bare.chunks) and bare.stats["header"] == "none"
+    # the path is searchable only when it is indexed
+    assert full.bm25.score_all("payments").max() > 0
+    assert bare.bm25.score_all("payments").max() == 0
+    with pytest.raises(ValueError, match="index.header must be one of"):
+        indexed_texts([chunk], "bogus")

@@ -81,13 +81,13 @@ def test_minimum_detectable_effect_by_hand():
 
     # t_{0.975, 29} = 2.0452, t_{0.80, 29} = 0.8542 (Student's t table): (2.0452 + 0.8542) / sqrt(30)
     assert minimum_detectable_effect(1.0, 30) == pytest.approx(2.8994 / 30 ** 0.5, abs=2e-4)
-    assert minimum_detectable_effect(0.0, 30) == 0.0
+    assert np.isnan(minimum_detectable_effect(0.0, 30))  # no spread: power not estimable
     assert minimum_detectable_effect(1.0, 1) == float("inf")
     n = required_queries(0.3, 0.05)
     # normal approximation ((1.96 + 0.8416) * 0.3 / 0.05)^2 = 282.6; Student's t needs a little more
     assert 283 <= n <= 290
     assert minimum_detectable_effect(0.3, n) <= 0.05 < minimum_detectable_effect(0.3, n - 1)
-    with pytest.raises(ValueError, match="effect must be > 0"):
+    with pytest.raises(ValueError, match="effect must be a finite number > 0"):
         required_queries(0.3, 0.0)
     # identical systems: the spread comes from the baseline, stated
     sd, how = paired_sd([0.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0])

@@ -94,7 +94,15 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
         if t["is_baseline"] == "false":
             assert t["baseline_run_id"] == base_id
             keys = {m["key"] for m in r["data"]["metrics"]}
-            assert {"mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high", "recall_at_8_p"} <= keys
+            # (mrr_mde is absent here: every fixture query ties, no spread to estimate power)
+            assert {"mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high", "recall_at_8_p",
+                    "mrr_p_holm"} <= keys
+    # the Holm-adjusted p logged on each job at the sweep's end is holm() of the raw p's
+    from rag.eval.significance import holm
+
+    jobs = [{m["key"]: m["value"] for m in r["data"]["metrics"]} for r, t in rows
+            if t["is_baseline"] == "false"]
+    assert [j["mrr_p_holm"] for j in jobs] == pytest.approx(holm([j["mrr_p"] for j in jobs]))
     # the report's routing section shows deltas and p-values against the baseline
     section = subprocess.run(
         [sys.executable, "-m", "rag.report", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",

@@ -15,6 +15,9 @@ own score. The drop floor is chosen by the same rule with the stricter
 plainly (``met_target: false``) together with what the target would cost
 (:func:`tradeoff`): the false-weak rate needed to abstain on 50/80/90% of negatives.
 
+**Intervals**: the achieved rates carry Wilson score 95% intervals; the chosen threshold a
+percentile-bootstrap 95% interval (the rule re-applied to resampled positives and negatives).
+
 **Risk–coverage** (Geifman & El-Yaniv, "Selective classification for deep neural networks",
 NeurIPS 2017): at each threshold, coverage = share of all queries answered, risk = share of the
 answered ones that are wrong (a negative answered, or a positive answered without a relevant
@@ -89,8 +92,8 @@ def risk_coverage(scores: np.ndarray, wrong_if_answered: np.ndarray) -> tuple[li
             without a relevant unit in its top_k), shape (n,).
 
     Returns:
-        ([[coverage, risk], ...] from full coverage down, at most 101 points), AURC
-        (trapezoid over coverage; risk at coverage 0 taken as the risk of the last point).
+        ([[coverage, risk], ...] from full coverage down, at most 101 points), AURC (the mean
+        of the risks at coverage 1/n, 2/n, ..., 1 — the standard definition).
     """
     order = np.argsort(-scores, kind="stable")  # answer the most confident first
     w = wrong_if_answered[order].astype(float)
@@ -100,27 +103,39 @@ def risk_coverage(scores: np.ndarray, wrong_if_answered: np.ndarray) -> tuple[li
     answered = np.arange(1, n + 1)
     cov = answered / n
     risk = np.cumsum(w) / answered
-    aurc = float(np.trapezoid(risk, cov)) if n > 1 else float(risk[0])
+    aurc = float(risk.mean())
     idx = np.unique(np.linspace(0, n - 1, min(n, 101)).round().astype(int))[::-1]
     return [[round(float(cov[i]), 4), round(float(risk[i]), 4)] for i in idx], aurc
 
 
-def _bootstrap(pos: np.ndarray, neg: np.ndarray, t: float, *, target: float, n_boot: int,
+def wilson(k: int, n: int, z: float = 1.959964) -> list[float]:
+    """Wilson score 95% interval of a proportion k/n (Wilson, JASA 1927): unlike a bootstrap or
+    the normal interval it does not collapse to [0, 0] when k = 0 (0 of 24 flagged is not
+    evidence of a zero rate)."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def _intervals(pos: np.ndarray, neg: np.ndarray, t: float, *, target: float, n_boot: int,
                seed: int) -> dict[str, list[float]]:
-    """Percentile 95% CIs of the achieved rates at ``t`` and of the threshold re-chosen by the
-    rule, resampling positives and negatives separately."""
+    """95% intervals: Wilson for the achieved rates at ``t``; a percentile bootstrap
+    (positives and negatives resampled separately) for the threshold the rule re-chooses."""
     rng = np.random.default_rng(seed)
-    fws, abs_, ts = [], [], []
+    ts = []
     for _ in range(n_boot):
         p = pos[rng.integers(0, pos.size, pos.size)]
         q = neg[rng.integers(0, neg.size, neg.size)]
-        fws.append(float((p < t).mean()))
-        abs_.append(float((q < t).mean()))
         ts.append(choose_threshold(p, q, target=target)[0])
-    ci = lambda v: [float(x) for x in np.percentile(np.asarray(v), [2.5, 97.5])]  # noqa: E731
     tv = np.asarray(ts)
-    return {"false_weak_ci": ci(fws), "abstain_ci": ci(abs_),
-            "threshold_ci": ci(tv[np.isfinite(tv)]) if np.isfinite(tv).any() else [None, None]}
+    finite = tv[np.isfinite(tv)]
+    return {"false_weak_ci": wilson(int((pos < t).sum()), pos.size),
+            "abstain_ci": wilson(int((neg < t).sum()), neg.size),
+            "threshold_ci": [float(x) for x in np.percentile(finite, [2.5, 97.5])]
+            if finite.size else [None, None]}
 
 
 def calibrate_signal(pos: Sequence[float], neg: Sequence[float], *, target_false_weak: float,
@@ -162,11 +177,17 @@ def calibrate_signal(pos: Sequence[float], neg: Sequence[float], *, target_false
         t, fw, ab = choose_threshold(p, q, target=target)
         out[name] = {"threshold": None if not math.isfinite(t) else t, "target": target,
                      "false_weak_rate": fw, "abstain_rate": ab,
-                     **_bootstrap(p, q, t, target=target, n_boot=n_boot, seed=seed)}
+                     **_intervals(p, q, t, target=target, n_boot=n_boot, seed=seed)}
     weak = out["weak"]
     out["met_target"] = weak["abstain_rate"] > 0
     out["tradeoff"] = tradeoff(p, q)
-    if not out["met_target"]:
+    out["inverted"] = out["auc"] < 0.5
+    if out["inverted"]:
+        out["message"] = (f"AUC {out['auc']:.3f} < 0.5: on this golden set the signal is higher "
+                          "on negatives than on positives; a 'below threshold' rule cannot use it"
+                          + (f" (the rule's threshold {weak['threshold']:.4g} only catches "
+                             f"{weak['abstain_rate']:.0%} of negatives)" if out["met_target"] else ""))
+    elif not out["met_target"]:
         cost = out["tradeoff"]["false_weak_at_abstain_50"]
         out["message"] = (f"no threshold abstains on any negative while keeping false_weak_rate <= "
                           f"{target_false_weak:g}; abstaining on half the negatives would flag "
@@ -219,13 +240,17 @@ def fit_learned_gate(features: dict[str, np.ndarray], y: np.ndarray, *, seed: in
 
 def calibrate_abstention(rows: Sequence[dict[str, Any]], *, target_false_weak: float = 0.10,
                          target_dropped: float = 0.02, seed: int = 0,
-                         n_boot: int = N_BOOT) -> dict[str, Any]:
+                         n_boot: int = N_BOOT, bands_on_top_dense: bool = True) -> dict[str, Any]:
     """Calibrate every available signal and the learned combination from per-query rows.
 
     Args:
-        rows: per-query dicts with ``kind`` ("positive"/"negative"), the signal columns of
-            :data:`rag.search.signals.SIGNALS` (None where not measured) and, for positives,
-            ``supported`` (a relevant unit in the ranking's top_k).
+        rows: per-query dicts with ``kind`` ("positive"/"negative"), ``route``, the signal
+            columns of :data:`rag.search.signals.SIGNALS` (None where not measured) and, for
+            positives, ``supported`` (a relevant unit in the top_k chunks, before abstention).
+        bands_on_top_dense: the run's abstention is the dense bands, which never act on a
+            query routed to BM25 alone; ``top_dense`` is then calibrated as applied — such a
+            query counts as never flagged — so its chosen threshold achieves the stated rates
+            when used as ``weak_dense``. The learned gate's features use the raw values.
 
     Returns:
         JSON-ready: ``rule``, targets, ``signals`` (name -> :func:`calibrate_signal`, plus
@@ -249,9 +274,19 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *, target_false_weak: f
             continue  # not measured for every query (e.g. no reranker, no dense channel)
         arr = np.asarray(vals, dtype=float)
         complete[name] = arr
+        applied = arr
+        skipped = np.array([r.get("route") == "bm25" for r in (*pos_rows, *neg_rows)])
+        if name == "top_dense" and bands_on_top_dense and skipped.any():
+            # never flagged: above every measured value (finite, for scikit-learn's AUC)
+            applied = np.where(skipped, arr.max() + 1.0, arr)
         out["signals"][name] = calibrate_signal(
-            arr[:len(pos_rows)], arr[len(pos_rows):], target_false_weak=target_false_weak,
+            applied[:len(pos_rows)], applied[len(pos_rows):], target_false_weak=target_false_weak,
             target_dropped=target_dropped, wrong_pos=wrong_pos, n_boot=n_boot, seed=seed)
+        if applied is not arr:
+            out["signals"][name]["population"] = (
+                f"as the bands act: {int(skipped[:len(pos_rows)].sum())} positives and "
+                f"{int(skipped[len(pos_rows):].sum())} negatives routed to BM25 alone count as "
+                "never flagged")
     y = np.concatenate([np.ones(len(pos_rows)), np.zeros(len(neg_rows))])
     fitted = fit_learned_gate(complete, y, seed=seed) if len(complete) >= 2 else None
     if fitted is not None:
@@ -267,9 +302,10 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *, target_false_weak: f
         out["oof_learned"] = [float(v) for v in oof]
     dense = out["signals"].get("top_dense")
     if dense is not None:
-        out["overlap"] = dense["overlap"]
-        out["positive_min_top_dense"] = dense["positive_min"]
-        out["negative_max_top_dense"] = dense["negative_max"]
+        raw = complete["top_dense"]
+        out["positive_min_top_dense"] = float(raw[:len(pos_rows)].min())
+        out["negative_max_top_dense"] = float(raw[len(pos_rows):].max())
+        out["overlap"] = out["negative_max_top_dense"] >= out["positive_min_top_dense"]
         out["suggested_weak_dense"] = dense["weak"]["threshold"]
         out["suggested_min_dense"] = dense["drop"]["threshold"]
     return out

@@ -78,7 +78,7 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
              ndcg_k: int, depth: int, progress: bool = True,
              use_expected_types: bool = False,
              gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
-             target_dropped: float = 0.02) -> EvalResult:
+             target_dropped: float = 0.02, count_tokens=None) -> EvalResult:
     """Evaluate ``pipeline`` on ``golden``.
 
     With ``use_expected_types`` each positive that has ``types`` is searched with that type
@@ -97,6 +97,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     Every abstention signal (:mod:`rag.search.signals`) is measured for every query, whatever
     the route, outside the timed search, and calibrated with ``target_false_weak`` /
     ``target_dropped`` (:func:`rag.eval.abstention.calibrate_abstention`).
+
+    ``count_tokens`` (texts -> word pieces each, untruncated, with [CLS]/[SEP]) sizes each
+    query's returned context; default: the dense channel's embedder, when there is one.
 
     ``candidate_pool_recall`` is the share of positives with a relevant doc among the first
     stage's top ``rerank_candidates`` chunks (before any reranking): the most a reranker of
@@ -150,8 +153,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             row["first_relevant_rank"] = first_relevant_rank(rank(scores), q.qrels)
             returned = collapse(res.hits, q)
             top_k = pipeline.options.top_k
-            # a relevant unit in the ranking's top_k, before abstention (risk-coverage)
-            row["supported"] = any(q.qrels.get(d, 0) > 0 for d in rank(scores)[:top_k])
+            # a relevant unit among the top_k chunks a caller would get, before abstention
+            # (what answering costs in the risk-coverage curve)
+            row["supported"] = any(q.qrels.get(d, 0) > 0 for d in collapse(res.ranked[:top_k], q))
             # the seeds' answer-support rate: a relevant doc among the top_k hits returned
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
@@ -163,8 +167,10 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             row["abstained"] = (not res.hits) or res.weak_match
         rows.append(row)
     contexts = ["\n".join(chunk_text[c] for c in r.pop("_ids")) for r in rows]
-    if dense is not None:  # word pieces with the embedder's tokenizer, untruncated, no [CLS]/[SEP]
-        for r, ctx, n in zip(rows, contexts, dense.embedder.count_tokens(contexts)):
+    if count_tokens is None and dense is not None:
+        count_tokens = dense.embedder.count_tokens
+    if count_tokens is not None:  # word pieces, untruncated, no [CLS]/[SEP]
+        for r, ctx, n in zip(rows, contexts, count_tokens(contexts)):
             r["context_tokens"] = max(n - 2, 0) if ctx else 0
 
     metrics: dict[str, float] = {}
@@ -215,8 +221,10 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
         name = "latency" if stage == "total" else f"latency_{stage}"
         metrics[f"{name}_p50_ms"] = percentile(vals, 50)
         metrics[f"{name}_p95_ms"] = percentile(vals, 95)
+    bands = pipeline.gate is None and not (pipeline.options.rerank_gated
+                                           and pipeline.reranker is not None)
     cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
-                               target_dropped=target_dropped)
+                               target_dropped=target_dropped, bands_on_top_dense=bands)
     metrics.update(calibration_metrics(cal))
     return EvalResult(metrics=metrics, per_query=rows, calibration=cal, run=run)
 

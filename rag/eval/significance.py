@@ -117,12 +117,15 @@ def minimum_detectable_effect(sd_diff: float, n: int, *, alpha: float = ALPHA,
         n: paired queries (>= 2).
 
     Returns:
-        The effect in the metric's units (e.g. ΔMRR); ``inf`` for n < 2.
+        The effect in the metric's units (e.g. ΔMRR); ``inf`` for n < 2; NaN when ``sd_diff``
+        is 0 or not finite (no spread to estimate power from: not "any effect is detectable").
     """
     from scipy.stats import t as student_t
 
     if n < 2:
         return float("inf")
+    if not (sd_diff > 0 and np.isfinite(sd_diff)):
+        return float("nan")
     df = n - 1
     return float((student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)) * sd_diff / np.sqrt(n))
 
@@ -151,8 +154,10 @@ def required_queries(sd_diff: float, effect: float, *, alpha: float = ALPHA, pow
     Raises:
         ValueError: ``effect`` <= 0.
     """
-    if effect <= 0:
-        raise ValueError(f"effect must be > 0, got {effect}")
+    if not (effect > 0 and np.isfinite(effect)):
+        raise ValueError(f"effect must be a finite number > 0, got {effect}")
+    if not np.isfinite(sd_diff):
+        raise ValueError(f"sd_diff must be finite, got {sd_diff}")
     if sd_diff <= 0:
         return 2
     lo, hi = 2, 2

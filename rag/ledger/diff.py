@@ -127,9 +127,10 @@ def compare_rows(ledger: Any, ref_a: str, ref_b: str, *, top: int = 10) -> dict[
     ids = [ledger.resolve_run_id(r) for r in (ref_a, ref_b)]
     tags = [dict(ledger.client.get_run(i).data.tags) for i in ids]
     notes = check_comparable(ids[0], tags[0], ids[1], tags[1])
-    frames = []
+    frames, texts = [], []
     for rid in ids:
         text = ledger.download_text(rid, "per_query.csv")
+        texts.append(text)
         try:
             frame = per_query_frame(text)
             missing = sorted({"first_relevant_rank", "tags", "top_hits"} - set(frame.columns))
@@ -140,11 +141,34 @@ def compare_rows(ledger: Any, ref_a: str, ref_b: str, *, top: int = 10) -> dict[
                             f"(missing: {', '.join(missing)})")
         frames.append(frame)
     diffs = diff_per_query(*frames)
+    negatives = negatives_changed(*texts)
     if not diffs:
         raise DiffError(f"rows {ids[0][:8]} and {ids[1][:8]} share no positive query "
                         f"({len(frames[0])} and {len(frames[1])} positives; golden sets "
                         f"{tags[0].get('golden_dir', '?')} and {tags[1].get('golden_dir', '?')})")
-    return summarize(diffs, run_a=ids[0], run_b=ids[1], top=top) | {"notes": notes}
+    return summarize(diffs, run_a=ids[0], run_b=ids[1], top=top) | {"notes": notes,
+                                                                     **negatives}
+
+
+def negatives_changed(csv_a: str, csv_b: str) -> dict[str, Any]:
+    """The negatives both rows answered: how many each abstained on (no hit or weak), and those
+    whose ``returned_as`` changed (empty lists for rows logged before the column existed)."""
+    import io
+
+    def negs(text: str) -> pd.DataFrame:
+        df = pd.read_csv(io.StringIO(text), dtype={"query_id": str}, keep_default_na=False)
+        if "kind" not in df.columns or "returned_as" not in df.columns:
+            return pd.DataFrame(columns=["returned_as"])
+        return df[df["kind"] == "negative"].set_index("query_id")
+
+    a, b = negs(csv_a), negs(csv_b)
+    common = a.index.intersection(b.index)
+    abstained = lambda f: int(sum(f.at[q, "returned_as"] != "returned" for q in common))  # noqa: E731
+    changed = [{"query_id": str(q), "returned_a": str(a.at[q, "returned_as"]),
+                "returned_b": str(b.at[q, "returned_as"])}
+               for q in common if a.at[q, "returned_as"] != b.at[q, "returned_as"]]
+    return {"negatives": len(common), "negatives_abstained_a": abstained(a),
+            "negatives_abstained_b": abstained(b), "negatives_changed": changed}
 
 
 def summarize(diffs: list[QueryDiff], *, run_a: str, run_b: str, top: int = 10) -> dict[str, Any]:
@@ -173,6 +197,12 @@ def render_text(summary: dict[str, Any]) -> str:
         lines.append(f"{d['query_id'][:40]:40} {d['tags'][:16]:16} {fmt(d['rank_a']):>4} "
                      f"{fmt(d['rank_b']):>4}  {d['outcome']:7} {why(d.get('returned_a', '')):10} "
                      f"{why(d.get('returned_b', ''))}".rstrip())
+    if summary.get("negatives"):
+        lines += ["", f"{summary['negatives']} shared negatives: A abstained on "
+                  f"{summary['negatives_abstained_a']}, B on {summary['negatives_abstained_b']} "
+                  "(no hit, dropped or weak)"]
+        lines += [f"  {d['query_id']}: A {d['returned_a']} -> B {d['returned_b']}"
+                  for d in summary.get("negatives_changed", [])]
     lines += ["", "moved most:"]
     for d in summary["moved_most"]:
         lines += [f"  {d['query_id']}: A {fmt(d['rank_a'])} -> B {fmt(d['rank_b'])} "

@@ -16,6 +16,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("mode", "param", "search.mode"),
     ("prose mode", "param", "search.prose_mode"),
     ("rerank", "rerank", "rerank.kind"),
+    ("abstention", "abstain", "abstain.signal"),
     ("Recall@8", "metric", "recall_at_8"),
     ("MRR", "metric", "mrr"),
     ("prose Recall@8", "metric", "prose/recall_at_8"),
@@ -61,7 +62,26 @@ def fmt(value: Any, key: str = "") -> str:
     return str(value)
 
 
+def abstention_cell(row: LedgerRow) -> str:
+    """``top_dense [0.45, 0.55]``: the signal and the (drop, weak) thresholds applied, with
+    ``transferred`` when they came from another row's calibration."""
+    t, p = row.tags, row.params
+    signal = t.get("abstain_signal", p.get("abstain.signal", "top_dense"))
+    lo = t.get("abstain_min", p.get("abstain.min_dense", "?"))
+    hi = t.get("abstain_weak", p.get("abstain.weak_dense", "?"))
+
+    def num(v: str) -> str:
+        try:
+            return f"{float(v):.3g}"
+        except ValueError:
+            return v
+    moved = " transferred" if t.get("abstain_thresholds_source") == "transferred" else ""
+    return f"{signal} [{num(lo)}, {num(hi)}]{moved}"
+
+
 def _cell(row: LedgerRow, kind: str, key: str) -> str:
+    if kind == "abstain":
+        return abstention_cell(row)
     if kind == "rerank":
         if row.params.get("rerank.enabled") != "True":
             return "off"

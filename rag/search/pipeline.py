@@ -132,17 +132,20 @@ class SearchPipeline:
         self.gate = gate
 
     def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank):
-        """Every abstention signal, scoring the channels the route did not run."""
+        """Every abstention signal, scoring the channels the route did not run.
+
+        Signals are always measured on the whole corpus: whether the corpus answers a query
+        does not depend on the caller's type filter, and a filtered signal would let a gate
+        learn "was this query filtered" instead (so with a filter both channels are rescored).
+        """
         from rag.search.signals import compute_signals
 
+        if allowed is not None:
+            dense_scores = bm25_scores = None
         if dense_scores is None and self.index.dense is not None:
             dense_scores = self.index.dense.scores(self.index.dense.embed_query(query))
-            if allowed is not None:
-                dense_scores = np.where(allowed, dense_scores, -np.inf).astype(np.float32)
         if bm25_scores is None and self.index.bm25 is not None:
             bm25_scores = self.index.bm25.score_all(query)
-            if allowed is not None:
-                bm25_scores = np.where(allowed, bm25_scores, 0.0)
         return compute_signals(dense_scores=dense_scores, bm25_scores=bm25_scores,
                                chunk_paths=self.index.chunk_paths, top_rerank=top_rerank)
 
@@ -249,12 +252,15 @@ class SearchPipeline:
             lo = self.gate.min_score if self.gate.min_score is not None else float("-inf")
             decision = band(gate_score, min_dense=lo,
                             weak_dense=self.gate.weak_score if self.gate.weak_score is not None else lo)
+            floor = ("learned gate P(answerable)", gate_score, lo)
         elif o.rerank_gated and self.reranker is not None:
             lo = o.rerank_min if o.rerank_min is not None else float("-inf")
             decision = band(top_rerank, min_dense=lo,
                             weak_dense=o.rerank_weak if o.rerank_weak is not None else lo)
+            floor = ("top rerank score", top_rerank, lo)
         else:
             decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
+            floor = ("top dense cosine", top_dense, o.min_dense)
         cut = o.top_k
         if want_paths:
             seen: set[str] = set()
@@ -279,9 +285,14 @@ class SearchPipeline:
         timings["total"] = (time.perf_counter() - t_start) * 1000.0
         if with_signals and signals is None:
             signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
-        # a lexical route that found nothing says why (no term in the corpus, or IDF 0)
+        # a lexical route that found nothing says why (no term in the corpus, or IDF 0); so
+        # does a result the abstention floor dropped
         reason = (self.index.bm25.empty_reason(query, allowed)
                   if eff == "bm25" and not bm25_rank else None)
+        if decision.drop and dropped:
+            what, value, lo = floor
+            reason = (f"dropped by abstention: {what} {value:.3f} < floor {lo:.3f}"
+                      if value is not None else f"dropped by abstention: no {what}")
         return SearchResult(hits=hits, ranked=ranked, route=eff, top_dense=top_dense,
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings,
                             top_rerank=top_rerank, candidates=candidates, signals=signals,

@@ -10,10 +10,10 @@ Registered signals (:data:`SIGNALS`):
 * ``top_dense`` — the best dense cosine over the corpus (the seeds' signal).
 * ``dense_margin`` — top-1 cosine minus the best cosine of a chunk from *another* file
   (several chunks of one file do not make a margin).
-* ``bm25_top_z`` — the top BM25 score standardised against the query's own top
-  ``pool`` scores: ``(s_1 - mean) / std`` (0 when fewer than two chunks match). Raw BM25
-  scores are not comparable across queries (they grow with query length and IDF); their
-  spread within one query is.
+* ``bm25_top_z`` — the top BM25 score standardised against the query's own matching chunks
+  among its top ``BM25_POOL``: ``(s_1 - mean) / std`` over the positive scores (0 when fewer
+  than two chunks match). Raw BM25 scores are not comparable across queries (they grow with
+  query length and IDF); their spread within one query is.
 * ``channel_agreement`` — |files in dense top 10 ∩ files in BM25 top 10| / 10.
 * ``top_rerank`` — the best rerank score (only when a reranker ran; in its own units).
 """
@@ -72,7 +72,8 @@ def compute_signals(*, dense_scores: np.ndarray | None, bm25_scores: np.ndarray 
     if bm25_scores is not None and bm25_scores.size:
         b = np.asarray(bm25_scores, dtype=np.float64)
         top = np.sort(b)[::-1][:BM25_POOL]
-        if np.count_nonzero(top > 0) < 2 or top.std() == 0:
+        top = top[top > 0]
+        if top.size < 2 or top.std() == 0:
             out["bm25_top_z"] = 0.0
         else:
             out["bm25_top_z"] = float((top[0] - top.mean()) / top.std())
@@ -140,9 +141,22 @@ class LearnedGate:
             gate = cls(features=d["features"], mean=d["mean"], scale=d["scale"], coef=d["coef"],
                        intercept=d["intercept"], min_score=d.get("min_score"),
                        weak_score=d.get("weak_score"))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"learned gate: missing or bad field {exc}") from None
         n = len(gate.features)
         if not (gate.mean.size == gate.scale.size == gate.coef.size == n):
             raise ValueError("learned gate: features, mean, scale and coef differ in length")
+        unknown = [f for f in gate.features if f not in SIGNALS]
+        if unknown or not n:
+            raise ValueError(f"learned gate: unknown feature(s) {unknown} (known: {list(SIGNALS)})")
+        if not (np.isfinite(gate.mean).all() and np.isfinite(gate.coef).all()
+                and np.isfinite(gate.scale).all() and (gate.scale > 0).all()
+                and np.isfinite(gate.intercept)):
+            raise ValueError("learned gate: mean, coef and intercept must be finite and every "
+                             "scale > 0")
+        for key in ("min_score", "weak_score"):
+            v = getattr(gate, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not np.isfinite(v)):
+                raise ValueError(f"learned gate: {key} must be a finite number or null, got {v!r}")
         return gate

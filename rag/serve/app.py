@@ -274,8 +274,12 @@ class RequestGuard:
 
 
 def create_app(cfg, index, manifest: dict | None = None, *,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
+
+    ``options`` / ``gate``: the default search options and learned abstention gate
+    (:func:`rag.search_cli.search_abstention`; default: ``cfg``'s flags, no gate). A request's
+    ``min_dense`` / ``weak_dense`` move the dense bands; a learned gate keeps its own thresholds.
 
     ``manifest`` is the published build's (:mod:`rag.index.versioned`); if it carries
     ``refused`` (the index's embedder or dimension differs from the config), every search is
@@ -293,7 +297,7 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
     manifest = manifest or {}
     refused = manifest.get("refused")
-    defaults = SearchOptions.from_config(cfg)
+    defaults = options if options is not None else SearchOptions.from_config(cfg)
     # FastAPI's own telemetry log records would carry exception messages: off
     app = FastAPI(title="rag", description="Retrieval over a code repository.",
                   telemetry={"logs": False})
@@ -389,7 +393,7 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
             entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),
                          rerank=bool(reranker))
-            res = SearchPipeline(index, opts, reranker=reranker).search(req.query)
+            res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(req.query)
             entry.update(route=res.route, dropped=res.dropped, weak_match=res.weak_match,
                          hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
                                for h in res.hits],
@@ -433,7 +437,10 @@ def serve(host: str, port: int, overrides: list[str], *,
     cfg, index, manifest = _load(env_overrides() + overrides, strict=False)
     if manifest.get("refused"):
         log.error(json.dumps({"event": "index_refused", "reason": manifest["refused"]}))
-    app = create_app(cfg, index, manifest, max_body_bytes=limit)
+    from rag.search_cli import search_abstention
+
+    options, gate = search_abstention(cfg, index) if index is not None else (None, None)
+    app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate)
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

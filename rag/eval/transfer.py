@@ -1,0 +1,152 @@
+"""Abstention thresholds carried from one ledger row to another run (``abstain.calibration``).
+
+A row's ``calibration.json`` (:func:`rag.eval.abstention.calibrate_abstention`) carries the
+thresholds its rule chose, the learned gate, and its *provenance* (corpus, golden set,
+embedder, route). Applying it elsewhere:
+
+* the embedder must be the same model (cosines and gate features are in its units), else
+  :class:`TransferError`;
+* a learned gate's features must all be measurable in the new run (``top_rerank`` needs a
+  reranker), else :class:`TransferError`;
+* the row is tagged ``abstain_thresholds_source``: ``transferred`` when the calibration came
+  from another golden set, ``in_sample`` when from the same one (its rates are then measured on
+  the queries that chose the thresholds, and say nothing about another corpus).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rag.search.signals import LearnedGate
+
+
+class TransferError(ValueError):
+    """A calibration that cannot be read or applied; the message names the reference."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A loaded calibration: the JSON and where it came from (``file:...`` or ``run:...``)."""
+
+    data: dict[str, Any]
+    source: str
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """corpus, golden_fingerprint, model_id, ... of the row that fitted it ({} if older)."""
+        p = self.data.get("provenance")
+        return p if isinstance(p, dict) else {}
+
+
+def load_calibration(ref: str, uri: str) -> Calibration:
+    """The calibration.json that ``abstain.calibration`` names.
+
+    Args:
+        ref: a calibration.json path, or a ledger run id (or unique prefix) in the store ``uri``.
+
+    Raises:
+        TransferError: no such file or row, the row has no calibration.json, it is not a JSON
+            object, or its thresholds are not numbers.
+    """
+    path = Path(ref).expanduser()
+    try:
+        if path.is_file():
+            data, source = json.loads(path.read_text(encoding="utf-8")), f"file:{path.resolve()}"
+        elif os.sep in ref or ref.endswith(".json"):
+            raise TransferError(f"abstain.calibration={ref!r}: no such file")
+        else:
+            from rag.ledger.mlflow_store import Ledger
+
+            ledger = Ledger(uri, create=False)
+            run_id = ledger.resolve_run_id(ref)
+            data, source = json.loads(ledger.download_text(run_id, "calibration.json")), f"run:{run_id}"
+    except TransferError:
+        raise
+    except LookupError as exc:
+        raise TransferError(f"abstain.calibration={ref!r}: {exc} (ledger {uri})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TransferError(f"abstain.calibration={ref!r}: not a calibration JSON ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - the ledger's and MLflow's errors vary
+        raise TransferError(f"abstain.calibration={ref!r}: cannot read its calibration.json "
+                            f"({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        kind = {list: "a list", int: "a number", float: "a number", str: "a string",
+                type(None): "null", bool: "a boolean"}.get(type(data), type(data).__name__)
+        raise TransferError(f"abstain.calibration={ref!r}: not a calibration JSON ({kind}, "
+                            "not an object)")
+    for key in ("suggested_min_dense", "suggested_weak_dense"):
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v)):
+            raise TransferError(f"abstain.calibration={ref!r}: {key} must be a finite number or "
+                                f"null, got {v!r}")
+    return Calibration(data=data, source=source)
+
+
+def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool) -> LearnedGate:
+    """The learned gate of ``cal``, checked against what this run measures.
+
+    Raises:
+        TransferError: no gate, a malformed one, or a feature this run cannot measure.
+    """
+    if "learned_gate" not in cal.data:
+        raise TransferError(f"abstain.calibration={ref!r} has no learned gate (it needs two or "
+                            "more signals measured on every query and >= 2 queries of each kind)")
+    try:
+        gate = LearnedGate.from_dict(cal.data["learned_gate"])
+    except ValueError as exc:
+        raise TransferError(f"abstain.calibration={ref!r}: {exc}") from None
+    missing = [f for f in gate.features
+               if (f == "top_rerank" and not has_reranker)
+               or (f in ("top_dense", "dense_margin", "channel_agreement") and not has_dense)]
+    if missing:
+        raise TransferError(f"abstain.calibration={ref!r}: its learned gate reads {missing}, "
+                            "which this run does not measure (top_rerank needs a reranker, the "
+                            "dense signals a dense channel); a gate never fills in a signal")
+    return gate
+
+
+def dense_bands(cal: Calibration, ref: str) -> tuple[float, float]:
+    """(min_dense, weak_dense) that ``cal``'s rule suggested; None (the rule flags nothing)
+    becomes -1 (no query is below it).
+
+    Raises:
+        TransferError: the calibration has no dense thresholds.
+    """
+    if "suggested_weak_dense" not in cal.data:
+        raise TransferError(f"abstain.calibration={ref!r} has no dense thresholds (was the dense "
+                            "channel measured on that row?)")
+    lo = cal.data.get("suggested_min_dense")
+    lo = -1.0 if lo is None else float(lo)
+    hi = cal.data.get("suggested_weak_dense")
+    return lo, lo if hi is None else max(float(hi), lo)
+
+
+def check_model(cal: Calibration, ref: str, model_id: str) -> None:
+    """Refuse a calibration fitted with another embedder (its cosines are other units).
+
+    Raises:
+        TransferError: naming both models.
+    """
+    theirs = cal.provenance.get("model_id")
+    if theirs and theirs != model_id:
+        raise TransferError(f"abstain.calibration={ref!r} was fitted with embedder "
+                            f"{theirs.split('|')[0]!r}, this run uses {model_id.split('|')[0]!r}: "
+                            "thresholds are in one model's units")
+
+
+def source_tag(cal: Calibration, golden_fingerprint: str) -> str:
+    """``in_sample`` when ``cal`` was fitted on this golden set, else ``transferred``."""
+    same = cal.provenance.get("golden_fingerprint") == golden_fingerprint
+    return "in_sample" if same else "transferred"
+
+
+def options_with(options: Any, bands: tuple[float, float]) -> Any:
+    """``options`` (a frozen :class:`rag.search.pipeline.SearchOptions`) with the bands."""
+    return replace(options, min_dense=bands[0], weak_dense=bands[1])
+
