@@ -45,7 +45,9 @@ def add_parser(sub) -> None:
         "expected",
         help="write a golden set's expected.yaml from a ledger row (Anserini-style regression)",
         description=("Write the ranking and returned metrics of one ledger row, with a "
-                     "tolerance, as expected.yaml beside the golden set it was measured on. "
+                     "tolerance, as expected.yaml beside the golden set it was measured on, and "
+                     "the row's calibration.json next to it (apply it elsewhere with "
+                     "abstain.calibration=PATH). "
                      "The Flask integration test checks the default row against "
                      "golden/flask/expected.yaml."))
     ex.add_argument("--run", required=True, metavar="RUN_ID", help="the ledger row (id or unique prefix)")
@@ -115,11 +117,15 @@ def expected_command(args: argparse.Namespace) -> int:
             condition=" ".join(["python -m rag.run", *overrides]),
             golden_fingerprint=tags.get("golden_fingerprint", "?"), source_run=run_id,
             metrics=row.data.metrics, tolerance=tol)
+        cal = ledger.download_text(run_id, "calibration.json")
         out.write_text(text, encoding="utf-8")
+        # its abstention calibration beside it, so a run can apply it by path
+        # (abstain.calibration=golden/<corpus>/calibration.json, conf/abstain/*.yaml)
+        (out.parent / "calibration.json").write_text(cal, encoding="utf-8")
     except (LookupError, ValueError, OSError, ExpectedError, LedgerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out}")
+    print(f"wrote {out} and {out.parent / 'calibration.json'}")
     return 0
 
 

@@ -47,13 +47,19 @@ def load_calibration(ref: str, uri: str) -> Calibration:
     """The calibration.json that ``abstain.calibration`` names.
 
     Args:
-        ref: a calibration.json path, or a ledger run id (or unique prefix) in the store ``uri``.
+        ref: a calibration.json path (relative: from the current directory, else the project
+            root), or a ledger run id (or unique prefix) in the store ``uri``.
 
     Raises:
         TransferError: no such file or row, the row has no calibration.json, it is not a JSON
             object, or its thresholds are not numbers.
     """
     path = Path(ref).expanduser()
+    if not path.is_absolute() and not path.is_file():
+        from rag.config import project_root
+
+        if (project_root() / path).is_file():  # e.g. golden/flask/calibration.json
+            path = project_root() / path
     try:
         if path.is_file():
             data, source = json.loads(path.read_text(encoding="utf-8")), f"file:{path.resolve()}"
