@@ -99,6 +99,15 @@ class EmbedderConfig:
     pca_dims: int = 256
 
 
+class BM25Tokenizer(str, Enum):
+    """rag/index/tokenize.py: ``code`` (identifiers and dotted/path compounds whole and split,
+    English stopwords and one-letter tokens dropped) or ``identifiers`` (each identifier
+    whole and split on snake/camel case, nothing dropped: CoSQA's reference BM25)."""
+
+    code = "code"
+    identifiers = "identifiers"
+
+
 @dataclass
 class BM25Config:
     """Okapi BM25 (Robertson et al., TREC-3, 1994) with a code-aware tokenizer."""
@@ -106,6 +115,7 @@ class BM25Config:
     backend: BM25Backend = BM25Backend.bm25s
     k1: float = 1.5
     b: float = 0.75
+    tokenizer: BM25Tokenizer = BM25Tokenizer.code
 
 
 @dataclass
@@ -217,6 +227,18 @@ class AbstainConfig:
     calibration: Optional[str] = None
 
 
+class TieBreak(str, Enum):
+    """How the ranking metrics order docs of equal score (rag/eval/metrics.py ``rank``).
+
+    ``doc_id``: by ascending doc id (a relevant doc can win a tie). ``pessimistic``: a
+    relevant doc after every doc with an equal score (its worst rank among its ties), as
+    external reference figures such as CoSQA's count it.
+    """
+
+    doc_id = "doc_id"
+    pessimistic = "pessimistic"
+
+
 @dataclass
 class EvalConfig:
     """Golden set location and the cut-offs reported."""
@@ -231,6 +253,8 @@ class EvalConfig:
     filter: str = "none"
     # true: evaluate even though the golden set's `corpus:` field names another corpus
     allow_corpus_mismatch: bool = False
+    # equal scores: doc_id (ascending doc id) or pessimistic (relevant docs after their ties)
+    ties: TieBreak = TieBreak.doc_id
 
 
 @dataclass
@@ -256,6 +280,18 @@ class IndexConfig:
     max_age_h: float = 168.0
     # what precedes a chunk's body in both channels: none | symbol | path_symbol ("path: symbol")
     header: str = "path_symbol"
+
+
+@dataclass
+class RetrieverConfig:
+    """What is evaluated (rag/retriever.py, ``RETRIEVERS``): ``pipeline`` (the harness's own
+    stages, configured by the other groups), ``run_file`` (a TREC run file or a directory of
+    them: ``path``), or ``python`` (``factory: "module:function"``, called with the config,
+    returning an object with ``retrieve(query, *, depth)``)."""
+
+    kind: str = "pipeline"
+    path: Optional[str] = None
+    factory: Optional[str] = None
 
 
 @dataclass
@@ -286,6 +322,7 @@ class RagConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
 
 def default_corpus_name(path: Optional[str], sdist: Optional[str]) -> str:
@@ -439,7 +476,10 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError("need rerank.train.pairs >= 2, held_out >= 2, epochs >= 1, batch_size >= 1, "
                          f"lr > 0; got {t.pairs}, {t.held_out}, {t.epochs}, {t.batch_size}, {t.lr}")
     from rag.index.build import HEADERS
+    from rag.retriever import RETRIEVERS
 
+    if cfg.retriever.kind not in RETRIEVERS:
+        raise ValueError(f"retriever.kind must be one of {sorted(RETRIEVERS)}, got {cfg.retriever.kind!r}")
     if cfg.index.header not in HEADERS:
         raise ValueError(f"index.header must be one of {sorted(HEADERS)}, got {cfg.index.header!r}")
     if cfg.eval.filter not in ("none", "expected"):
@@ -535,6 +575,8 @@ def needs_dense(cfg: DictConfig) -> bool:
     """Whether any stage of the run reads the dense channel: a route other than ``bm25``, or
     the learned abstention gate (its signals include the top cosine). A BM25-only run embeds
     nothing."""
+    if str(cfg.retriever.kind) != "pipeline":
+        return False  # an external retriever: the index only validates the labels
     mode = str(getattr(cfg.search.mode, "value", cfg.search.mode))
     signal = str(getattr(cfg.abstain.signal, "value", cfg.abstain.signal))
     return mode != "bm25" or signal == "learned"

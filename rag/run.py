@@ -92,7 +92,8 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True,
     from rag.config import needs_dense
 
     dense = needs_dense(cfg) if with_dense is None else with_dense
-    key = (str(root), embedder.model_id, dense, cfg.index.header, backend, b.k1, b.b,
+    tokenizer = str(getattr(b.tokenizer, "value", b.tokenizer))
+    key = (str(root), embedder.model_id, dense, cfg.index.header, backend, b.k1, b.b, tokenizer,
            c.max_file_bytes, c.window_lines, c.window_overlap, tuple(c.github_export or ()))
     if key in _INDEXES:
         index = _INDEXES[key]
@@ -112,7 +113,7 @@ def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True,
         index = build_index(root, embedder=embedder if dense else None, extra_docs=extra,
                             header=str(cfg.index.header),
                             cache_dir=expand_path(cfg.paths.cache_dir),
-                            bm25_backend=backend, k1=b.k1, b=b.b,
+                            bm25_backend=backend, k1=b.k1, b=b.b, bm25_tokenizer=tokenizer,
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
                             window_overlap=c.window_overlap,
                             chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
@@ -267,7 +268,8 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print("  returned (after abstention, top_k):", file=out)
     print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
           f"{p('dropped_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  abstain_rate "
-          f"(negatives) {p('abstain_rate'):.3f}", file=out)
+          f"(negatives) " + (f"{metrics['abstain_rate']:.3f}" if "abstain_rate" in metrics
+                             else "n/a (no negatives)"), file=out)
     gates = sorted({k.split("/")[1] for k in metrics if k.startswith("rerank_gate/")}, key=float)
     if gates:
         print("  rerank gate (evaluated, not applied): " + "  ".join(
@@ -453,14 +455,21 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
         has_dense=index.dense is not None)
     pipeline = SearchPipeline(index, options, reranker=reranker, gate=gate)
-    result = evaluate(pipeline, golden, recall_ks=list(cfg.eval.recall_ks),
+    from rag.retriever import build_retriever
+
+    try:
+        retriever = build_retriever(cfg, pipeline=pipeline)
+    except (ValueError, OSError) as exc:
+        raise RunError(str(exc)) from None
+    result = evaluate(retriever, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
                       use_expected_types=cfg.eval.filter == "expected",
                       gate_thresholds=[float(x) for x in cfg.rerank.gate_thresholds]
                       if reranker is not None else (),
                       target_false_weak=float(cfg.abstain.target_false_weak),
                       target_dropped=float(cfg.abstain.target_dropped),
-                      count_tokens=embedder.count_tokens)
+                      count_tokens=embedder.count_tokens,
+                      ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)))
     metrics = dict(result.metrics)
     # where these thresholds were fitted: checked when another run applies them
     result.calibration["provenance"] = {
@@ -514,6 +523,10 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "golden_fingerprint": golden.fingerprint,
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
+            "retriever": str(cfg.retriever.kind),
+            **({"retriever_run_fingerprint": retriever.fingerprint}
+               if hasattr(retriever, "fingerprint") else {}),
+            **({"retriever_factory": str(cfg.retriever.factory)} if cfg.retriever.factory else {}),
             **abstention_tags,
             **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
                if reranker is not None else {}),

@@ -312,3 +312,92 @@ def test_symbol_collapse_and_metrics():
     assert m["recall_at_3"] == 1.0
     # DCG = 2/log2(3) + 1/log2(4); IDCG = 2/1 + 1/log2(3)
     assert m["ndcg_at_10"] == pytest.approx((2 / L2(3) + 1 / L2(4)) / (2 + 1 / L2(3)))
+
+
+# --------------------------------------------------------------------------- eval.ties
+
+
+def test_ties_pessimistic_puts_relevant_after_its_ties():
+    from rag.eval.metrics import first_relevant_rank, query_metrics, rank
+
+    scores = {"a": 3.0, "b": 2.0, "c": 2.0, "d": 2.0, "e": 1.0}
+    rel = {"c": 1}
+    assert rank(scores) == ["a", "b", "c", "d", "e"]
+    assert rank(scores, rel, ties="doc_id") == ["a", "b", "c", "d", "e"]
+    assert rank(scores, rel, ties="pessimistic") == ["a", "b", "d", "c", "e"]
+    assert first_relevant_rank(rank(scores, rel, ties="pessimistic"), rel) == 4
+    m_id = query_metrics(scores, rel, recall_ks=(3, 4), ndcg_k=10)
+    m_pe = query_metrics(scores, rel, recall_ks=(3, 4), ndcg_k=10, ties="pessimistic")
+    # doc_id: c is 3rd -> MRR 1/3, in the top 3, nDCG 1/log2(4)
+    assert m_id["mrr"] == pytest.approx(1 / 3)
+    assert m_id["recall_at_3"] == 1.0 and m_id["hit_at_3"] == 1.0
+    assert m_id["ndcg_at_10"] == pytest.approx(0.5)
+    # pessimistic: c is 4th (worst rank among b, c, d) -> MRR 1/4, out of the top 3
+    assert m_pe["mrr"] == pytest.approx(0.25)
+    assert m_pe["recall_at_3"] == 0.0 and m_pe["hit_at_3"] == 0.0
+    assert m_pe["recall_at_4"] == 1.0
+    assert m_pe["ndcg_at_10"] == pytest.approx(1 / math.log2(5))
+
+
+def test_ties_pessimistic_with_graded_relevant_docs_tied_together():
+    from rag.eval.metrics import query_metrics, rank
+
+    scores = {"a": 1.0, "b": 1.0, "c": 1.0}
+    rel = {"a": 1, "c": 2}
+    # non-relevant first, then by ascending grade: the order that minimises every metric
+    assert rank(scores, rel, ties="pessimistic") == ["b", "a", "c"]
+    pe = query_metrics(scores, rel, recall_ks=(1, 2), ndcg_k=3, ties="pessimistic")
+    assert pe["mrr"] == pytest.approx(0.5)
+    assert pe["recall_at_1"] == 0.0 and pe["recall_at_2"] == pytest.approx(0.5)
+    ideal = 2 / math.log2(2) + 1 / math.log2(3)
+    assert pe["ndcg_at_3"] == pytest.approx((1 / math.log2(3) + 2 / math.log2(4)) / ideal)
+    di = query_metrics(scores, rel, recall_ks=(1, 2), ndcg_k=3)
+    assert di["mrr"] == 1.0
+    assert di["ndcg_at_3"] == pytest.approx((1 + 2 / math.log2(4)) / ideal)
+
+
+def test_ties_pessimistic_equals_the_reference_rank_formula():
+    """CoSQA's reference: rank = 1 + #docs scoring higher + #other docs scoring the same."""
+    from rag.eval.metrics import evaluate_run, first_relevant_rank, rank
+
+    rng = np.random.default_rng(0)
+    run, qrels = {}, {}
+    for q in range(200):
+        scores = {f"d{i:03d}": float(rng.integers(0, 6)) for i in range(30)}
+        target = f"d{int(rng.integers(0, 30)):03d}"
+        run[f"q{q}"], qrels[f"q{q}"] = scores, {target: 1}
+        s = scores[target]
+        expected = 1 + sum(v > s for v in scores.values()) + sum(
+            v == s for d, v in scores.items() if d != target)
+        assert first_relevant_rank(rank(scores, qrels[f"q{q}"], ties="pessimistic"),
+                                   qrels[f"q{q}"]) == expected
+    per_q = evaluate_run(run, qrels, recall_ks=(10,), ties="pessimistic")
+    per_d = evaluate_run(run, qrels, recall_ks=(10,))
+    assert all(per_q[q]["mrr"] <= per_d[q]["mrr"] for q in run)
+    assert any(per_q[q]["mrr"] < per_d[q]["mrr"] for q in run)
+
+
+def test_ties_rules_agree_without_ties_and_unknown_rule_is_refused():
+    from rag.eval.metrics import query_metrics, rank
+
+    scores = {"a": 0.3, "b": 0.9, "c": 0.5}
+    rel = {"a": 1}
+    assert rank(scores, rel, ties="pessimistic") == rank(scores) == ["b", "c", "a"]
+    assert query_metrics(scores, rel, ties="pessimistic") == query_metrics(scores, rel)
+    with pytest.raises(ValueError, match="eval.ties"):
+        rank(scores, rel, ties="optimistic")
+
+
+def test_eval_ties_config_key():
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    from rag.config import project_root, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
+        assert str(compose("config").eval.ties.value) == "doc_id"
+        cfg = compose("config", overrides=["eval.ties=pessimistic"])
+        assert cfg.eval.ties.value == "pessimistic"
+        with pytest.raises(ConfigCompositionException):
+            compose("config", overrides=["eval.ties=optimistic"])

@@ -74,16 +74,20 @@ def returned_as(res) -> str:
     return "weak" if res.weak_match else "returned"
 
 
-def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence[int],
+def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
              ndcg_k: int, depth: int, progress: bool = True,
              use_expected_types: bool = False,
              gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
-             target_dropped: float = 0.02, count_tokens=None) -> EvalResult:
-    """Evaluate ``pipeline`` on ``golden``.
+             target_dropped: float = 0.02, count_tokens=None, ties: str = "doc_id") -> EvalResult:
+    """Evaluate a :class:`rag.retriever.Retriever` on ``golden`` — the evaluator reads only
+    what the retriever returns (a :class:`~rag.search.pipeline.SearchPipeline` is wrapped as
+    :class:`rag.retriever.PipelineRetriever`).
 
-    With ``use_expected_types`` each positive that has ``types`` is searched with that type
+    With ``use_expected_types`` each positive that has ``types`` is asked with that type
     filter; ``filter_false_negative_rate`` is the share of those queries whose filter excludes
-    the category of every relevant document (the filter hid the answer).
+    the category of every relevant document (the filter hid the answer; needs the retriever's
+    ``path_categories``). A query the retriever could not answer at all (e.g. missing from a
+    run file: ``reason`` "not in the run file") is counted in ``missing_queries``.
 
     Ranking half: metrics on the ranked list down to ``depth`` distinct units (collapsed by
     doc id) *before* abstention, averaged over positives (a positive with no ranking scores 0).
@@ -111,48 +115,51 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
     Returns:
         An :class:`EvalResult`.
     """
+    from rag.retriever import PipelineRetriever, Query
+
+    if isinstance(retriever, SearchPipeline):
+        if count_tokens is None and retriever.index.dense is not None:
+            count_tokens = retriever.index.dense.embedder.count_tokens
+        retriever = PipelineRetriever(retriever)
     rows: list[dict[str, Any]] = []
     per_query_metrics: dict[str, dict[str, float]] = {}
     run: dict[str, dict[str, float]] = {}
     timings: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
-    dense = pipeline.index.dense
-    chunk_text = {c.id: c.text for c in pipeline.index.chunks}
     items: list[tuple[str, Any]] = [("positive", q) for q in golden.positives] + \
         [("negative", q) for q in golden.negatives]
-    category = {c.path: c.category for c in pipeline.index.chunks}
+    category = getattr(retriever, "path_categories", None)
+    top_k = int(retriever.top_k)
     filtered = {}
+    missing = 0
     for kind, q in tqdm(items, desc="evaluating", unit="query", disable=not progress):
-        if use_expected_types and kind == "positive" and q.types:
-            from dataclasses import replace
-
-            res = SearchPipeline(pipeline.index, replace(pipeline.options, types=q.types),
-                                 reranker=pipeline.reranker, gate=pipeline.gate).search(
-                q.query, depth=depth, with_signals=True)
+        types = tuple(q.types) if use_expected_types and kind == "positive" and q.types else ()
+        res = retriever.retrieve(Query(id=q.id, text=q.query, types=types), depth=depth)
+        if types and category is not None:
             filtered[q.id] = not any(category.get(lab.path) in q.types for lab in q.relevant)
-        else:
-            res = pipeline.search(q.query, depth=depth, with_signals=True)
+        missing += res.reason == "not in the run file"
         for s, v in res.timings_ms.items():
-            timings[s].append(v)
+            timings.setdefault(s, []).append(v)
+        texts = res.hit_texts
         row: dict[str, Any] = {
             "query_id": q.id, "kind": kind, "query": q.query, "tags": ",".join(q.tags),
             "route": res.route, "returned_as": returned_as(res), "dropped": res.dropped,
             "weak_match": res.weak_match, "n_hits": len(res.hits), "reason": res.reason or "",
-            **(res.signals or {}), "gate_score": res.gate_score,
+            "top_rerank": res.top_rerank, **(res.signals or {}), "gate_score": res.gate_score,
             "latency_ms": res.timings_ms["total"],
             # prompt-size estimate: the text an LLM would be handed (the returned hits)
-            "context_chars": sum(len(chunk_text[h.chunk_id]) for h in res.hits),
-            "_ids": [h.chunk_id for h in res.hits],
+            "context_chars": sum(len(t) for t in texts) if texts is not None else None,
+            "_texts": texts,
             "top_hits": " | ".join(f"{h.path}:{h.start_line}" + (f"#{h.symbol}" if h.symbol else "")
                                    for h in res.hits[:3]),
         }
         if kind == "positive":
             scores = collapse(res.ranked, q)
             run[q.id] = scores
-            m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k)
+            m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
             per_query_metrics[q.id] = m
-            row["first_relevant_rank"] = first_relevant_rank(rank(scores), q.qrels)
+            row["first_relevant_rank"] = first_relevant_rank(rank(scores, q.qrels, ties=ties),
+                                                             q.qrels)
             returned = collapse(res.hits, q)
-            top_k = pipeline.options.top_k
             # a relevant unit among the top_k chunks a caller would get, before abstention
             # (what answering costs in the risk-coverage curve)
             row["supported"] = any(q.qrels.get(d, 0) > 0 for d in collapse(res.ranked[:top_k], q))
@@ -160,16 +167,17 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
             pool = {doc_key(SimpleNamespace(path=p, symbol=sym), q) for p, sym in res.candidates}
-            row["candidate_hit"] = float(any(q.qrels.get(d, 0) > 0 for d in pool))
+            # the first stage's pool is known only for the built-in pipeline
+            row["candidate_hit"] = (float(any(q.qrels.get(d, 0) > 0 for d in pool))
+                                    if retriever.kind == "pipeline" else None)
             row.update(m)
         else:
             run[q.id] = collapse(res.ranked, None)
             row["abstained"] = (not res.hits) or res.weak_match
         rows.append(row)
-    contexts = ["\n".join(chunk_text[c] for c in r.pop("_ids")) for r in rows]
-    if count_tokens is None and dense is not None:
-        count_tokens = dense.embedder.count_tokens
-    if count_tokens is not None:  # word pieces, untruncated, no [CLS]/[SEP]
+    texts = [r.pop("_texts") for r in rows]
+    if count_tokens is not None and all(t is not None for t in texts):
+        contexts = ["\n".join(t) for t in texts]  # word pieces, untruncated, no [CLS]/[SEP]
         for r, ctx, n in zip(rows, contexts, count_tokens(contexts)):
             r["context_tokens"] = max(n - 2, 0) if ctx else 0
 
@@ -187,7 +195,9 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
                                       if pos_rows else 0.0)
     metrics["dropped_rate"] = (sum(r["returned_as"] == "dropped" for r in pos_rows) / len(pos_rows)
                                if pos_rows else 0.0)
-    metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
+    if rows and all(r["context_chars"] is not None for r in rows):
+        metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
+    metrics["missing_queries"] = float(missing)
     if rows and "context_tokens" in rows[0]:
         metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
     if use_expected_types:
@@ -200,7 +210,7 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
                                   if pos_rows else 0.0)
     if neg_rows:
         metrics["abstain_rate"] = sum(r["abstained"] for r in neg_rows) / len(neg_rows)
-    if pos_rows:
+    if pos_rows and all(r["candidate_hit"] is not None for r in pos_rows):
         metrics["candidate_pool_recall"] = sum(r["candidate_hit"] for r in pos_rows) / len(pos_rows)
     if any(r["top_rerank"] is not None for r in rows):
         def gated(r: dict[str, Any], t: float) -> bool:
@@ -221,8 +231,7 @@ def evaluate(pipeline: SearchPipeline, golden: GoldenSet, *, recall_ks: Sequence
         name = "latency" if stage == "total" else f"latency_{stage}"
         metrics[f"{name}_p50_ms"] = percentile(vals, 50)
         metrics[f"{name}_p95_ms"] = percentile(vals, 95)
-    bands = pipeline.gate is None and not (pipeline.options.rerank_gated
-                                           and pipeline.reranker is not None)
+    bands = bool(getattr(retriever, "bands_on_top_dense", False))
     cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
                                target_dropped=target_dropped, bands_on_top_dense=bands)
     metrics.update(calibration_metrics(cal))

@@ -1,7 +1,12 @@
 """Ranking metrics over a run (``dict[query_id, dict[doc_id, score]]``) and qrels
 (``dict[query_id, dict[doc_id, grade]]``), exactly as DESIGN.md §5 defines them.
 
-* One ranking function for every metric: :func:`rank` sorts by (-score, doc id).
+* One ranking function for every metric: :func:`rank` sorts by (-score, doc id). With
+  ``ties="pessimistic"`` (``eval.ties``) docs of equal score are ordered by ascending grade
+  first (non-relevant before relevant, then doc id): a relevant doc tied with others gets the
+  worst rank among its ties, as CoSQA's reference figures (and trec_eval-style pessimistic
+  tie handling) count it. MRR, Recall@k, hit@k, nDCG@k and the first relevant rank all read
+  that one ranking, so they stay consistent.
 * Recall@k = |relevant ∩ top k| / |relevant| (trec_eval ``recall_k``; not capped at k).
 * hit@k = 1 if any relevant doc is in the top k.
 * MRR: 1 / rank of the first relevant doc, 0 if none (trec_eval ``recip_rank``).
@@ -24,10 +29,32 @@ import numpy as np
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
 
+#: ``eval.ties``: how docs with equal scores are ordered before scoring.
+TIES = ("doc_id", "pessimistic")
 
-def rank(scores: Mapping[str, float]) -> list[str]:
-    """Doc ids best first: by descending score, ties by ascending doc id."""
-    return [d for d, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+def rank(scores: Mapping[str, float], rel: Mapping[str, int] | None = None, *,
+         ties: str = "doc_id") -> list[str]:
+    """Doc ids best first, by descending score.
+
+    Args:
+        scores: doc id -> score.
+        rel: doc id -> grade; needed for ``ties="pessimistic"`` only.
+        ties: ``doc_id``: equal scores by ascending doc id (a relevant doc may win a tie).
+            ``pessimistic``: equal scores by ascending grade, then doc id, so every relevant
+            doc is ranked after every non-relevant doc of the same score (and a higher grade
+            after a lower one: the order that minimises every metric below).
+
+    Raises:
+        ValueError: unknown ``ties``.
+    """
+    if ties == "doc_id":
+        return [d for d, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+    if ties == "pessimistic":
+        rel = rel or {}
+        return [d for d, _ in sorted(scores.items(),
+                                     key=lambda kv: (-kv[1], max(rel.get(kv[0], 0), 0), kv[0]))]
+    raise ValueError(f"eval.ties must be one of {list(TIES)}, got {ties!r}")
 
 
 def recall_at(ranking: Sequence[str], rel: Mapping[str, int], k: int) -> float:
@@ -70,9 +97,10 @@ def ndcg_at(ranking: Sequence[str], rel: Mapping[str, int], k: int) -> float:
 
 def query_metrics(scores: Mapping[str, float], rel: Mapping[str, int], *,
                   recall_ks: Iterable[int] = (1, 3, 5, 8, 10, 20, 40),
-                  ndcg_k: int = 10) -> dict[str, float]:
-    """Every ranking metric of one query, keyed ``recall_at_k``, ``hit_at_k``, ``mrr``, ``ndcg_at_k``."""
-    ranking = rank(scores)
+                  ndcg_k: int = 10, ties: str = "doc_id") -> dict[str, float]:
+    """Every ranking metric of one query, keyed ``recall_at_k``, ``hit_at_k``, ``mrr``,
+    ``ndcg_at_k``, on the ranking :func:`rank` gives with ``ties``."""
+    ranking = rank(scores, rel, ties=ties)
     out: dict[str, float] = {}
     for k in recall_ks:
         out[f"recall_at_{k}"] = recall_at(ranking, rel, k)
@@ -83,10 +111,10 @@ def query_metrics(scores: Mapping[str, float], rel: Mapping[str, int], *,
 
 
 def evaluate_run(run: Run, qrels: Qrels, *, recall_ks: Iterable[int] = (1, 3, 5, 8, 10, 20, 40),
-                 ndcg_k: int = 10) -> dict[str, dict[str, float]]:
+                 ndcg_k: int = 10, ties: str = "doc_id") -> dict[str, dict[str, float]]:
     """Per-query metrics for every query in ``qrels``; a query missing from ``run`` scores 0."""
     ks = tuple(recall_ks)
-    return {qid: query_metrics(run.get(qid, {}), rel, recall_ks=ks, ndcg_k=ndcg_k)
+    return {qid: query_metrics(run.get(qid, {}), rel, recall_ks=ks, ndcg_k=ndcg_k, ties=ties)
             for qid, rel in qrels.items()}
 
 

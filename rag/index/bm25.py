@@ -35,7 +35,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from rag.index.tokenize import tokenize
+from rag.index.tokenize import get_tokenizer
 
 
 class BM25Scorer(Protocol):
@@ -114,12 +114,14 @@ class RankBM25Scorer:
 
 
 def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
-               b: float = 0.75) -> "BM25Channel":
-    """Tokenize ``texts`` (one per chunk) and build the channel.
+               b: float = 0.75, tokenizer: str = "code") -> "BM25Channel":
+    """Tokenize ``texts`` (one per chunk) with ``tokenizer`` (rag/index/tokenize.py
+    ``TOKENIZERS``; queries are tokenized the same way) and build the channel.
 
     Raises:
-        ValueError: unknown ``backend``.
+        ValueError: unknown ``backend`` or ``tokenizer``.
     """
+    tokenize = get_tokenizer(tokenizer)
     corpus_tokens = [tokenize(t) for t in texts]
     if backend == "bm25s":
         scorer: BM25Scorer = Bm25sScorer(corpus_tokens, k1=k1, b=b)
@@ -127,20 +129,23 @@ def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
         scorer = RankBM25Scorer(corpus_tokens, k1=k1, b=b)
     else:
         raise ValueError(f"unknown bm25.backend {backend!r}; expected 'bm25s' or 'rank_bm25'")
-    return BM25Channel(scorer, backend=backend, n_chunks=len(texts))
+    return BM25Channel(scorer, backend=backend, n_chunks=len(texts), tokenizer=tokenizer)
 
 
 class BM25Channel:
     """Ranks chunks for a query by BM25; chunks with score 0 are not lexical hits."""
 
-    def __init__(self, scorer: BM25Scorer, *, backend: str, n_chunks: int) -> None:
+    def __init__(self, scorer: BM25Scorer, *, backend: str, n_chunks: int,
+                 tokenizer: str = "code") -> None:
         self.scorer = scorer
         self.backend = backend
         self.n_chunks = n_chunks
+        self.tokenizer = tokenizer
+        self._tokenize = get_tokenizer(tokenizer)
 
     def score_all(self, query: str) -> np.ndarray:
         """BM25 score of every chunk for ``query``, shape (n_chunks,)."""
-        return self.scorer.scores(tokenize(query))
+        return self.scorer.scores(self._tokenize(query))
 
     def search(self, query: str, depth: int) -> list[tuple[int, float]]:
         """Top ``depth`` (chunk index, score) pairs, best first, ties by chunk index.
@@ -149,7 +154,7 @@ class BM25Channel:
         token occurs in the corpus) means "no lexical hit" and gives an empty list, never an
         arbitrary order.
         """
-        scores = self.scorer.scores(tokenize(query))
+        scores = self.scorer.scores(self._tokenize(query))
         return top_positive(scores, depth)
 
     def empty_reason(self, query: str, allowed: np.ndarray | None = None) -> str:
@@ -166,7 +171,7 @@ class BM25Channel:
             docstring), or ``"no lexical match in the selected types: ..."`` when a term that
             would score occurs only in chunks the filter left out.
         """
-        tokens = set(tokenize(query))
+        tokens = set(self._tokenize(query))
         if not tokens:
             return ("no lexical match: the query has no searchable term (only stopwords, "
                     "punctuation or one-letter words)")

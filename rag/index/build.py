@@ -113,14 +113,16 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 max_file_bytes: int = 1_000_000, window_lines: int = 60,
                 window_overlap: int = 10, progress: bool = True,
                 chunk_store: Path | None = None,
-                extra_docs: list[Document] | None = None, header: str = "path_symbol") -> Index:
+                extra_docs: list[Document] | None = None, header: str = "path_symbol",
+                bm25_tokenizer: str = "code") -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
         root: corpus directory.
         embedder: the dense model; None builds a BM25-only index.
         cache_dir: directory of the embedding cache (required when ``embedder`` is given).
-        bm25_backend, k1, b: BM25 settings (see :func:`rag.index.bm25.build_bm25`).
+        bm25_backend, k1, b, bm25_tokenizer: BM25 settings (see
+            :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
         progress: show tqdm progress bars.
         header: what precedes each chunk's body in both channels (:data:`HEADERS`).
@@ -182,12 +184,12 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
             store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, shas)
     t_chunk = time.perf_counter()
     texts, keys = indexed_texts(chunks, header)
-    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
+    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b, tokenizer=bm25_tokenizer)
     t_bm25 = time.perf_counter()
     stats: dict[str, Any] = dict(walk_stats)
     stats.update(corpus_read=int(stored is None), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
                  header=header,
-                 tokenizer_version=TOKENIZER_VERSION,
+                 tokenizer_version=TOKENIZER_VERSION, bm25_tokenizer=bm25_tokenizer,
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
                  bm25_build_s=round(t_bm25 - t_chunk, 3))
     dense = None

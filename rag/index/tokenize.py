@@ -4,12 +4,18 @@ An identifier is kept whole *and* split into its parts, so ``handleAuthCallback`
 ``handleauthcallback, handle, auth, callback`` and ``flask.app.make_response`` yields the
 dotted whole, each dotted component (``make_response``), and the words (``make``,
 ``response``). snake_case, kebab-case, dotted and path tokens are treated alike.
+
+``bm25.tokenizer`` selects one of :data:`TOKENIZERS`: ``code`` (the above, the default) or
+``identifiers`` (:func:`tokenize_identifiers`: each identifier whole and split on snake/camel
+case, no stopword list, one-letter tokens kept, no dotted/path compounds), the tokenization
+external reference figures such as CoSQA's BM25 describe (experiments/cosqa.md).
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Callable
 
 TOKENIZER_VERSION = "1"
 
@@ -73,3 +79,50 @@ def _expand(compound: str) -> tuple[str, ...]:
         seen.add(tok)
         out.append(tok)
     return tuple(out)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def tokenize_identifiers(text: str) -> list[str]:
+    """Tokens of ``text`` for the ``identifiers`` tokenizer, in order, with duplicates.
+
+    Each identifier (``[A-Za-z_][A-Za-z0-9_]*``) gives its whole lower-cased form and, when it
+    has several snake_case / camelCase parts, each part (``is_iterable`` -> ``is_iterable, is,
+    iterable``); no stopword list, no minimum length, and ``.``, ``/``, ``-`` separate
+    identifiers instead of joining them.
+    """
+    tokens: list[str] = []
+    for m in _IDENTIFIER.finditer(text):
+        tokens.extend(_expand_identifier(m.group(0)))
+    return tokens
+
+
+@lru_cache(maxsize=262_144)
+def _expand_identifier(identifier: str) -> tuple[str, ...]:
+    whole = identifier.strip("_").lower()
+    if not whole:
+        return ()
+    out = [whole]
+    words = _words(identifier)
+    if len(words) > 1 or (words and words[0] != whole):
+        out.extend(w for w in words if w not in out)
+    return tuple(out)
+
+
+#: ``bm25.tokenizer`` -> the function that tokenizes chunks and queries alike.
+TOKENIZERS: dict[str, Callable[[str], list[str]]] = {"code": tokenize,
+                                                     "identifiers": tokenize_identifiers}
+
+
+def get_tokenizer(name: str) -> Callable[[str], list[str]]:
+    """The tokenizer called ``name`` (:data:`TOKENIZERS`).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    try:
+        return TOKENIZERS[name]
+    except KeyError:
+        raise ValueError(f"bm25.tokenizer must be one of {sorted(TOKENIZERS)}, "
+                         f"got {name!r}") from None

@@ -211,7 +211,8 @@ def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", 
 
     # the chunk text the build indexed (index.header, recorded in its stats)
     texts, _ = indexed_texts(chunks, manifest.get("stats", {}).get("header", "path_symbol"))
-    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b)
+    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b,
+                      tokenizer=manifest.get("stats", {}).get("bm25_tokenizer", "code"))
     stats = {**manifest.get("stats", {}), "chunks_embedded": 0, "corpus_read": 0,
              "loaded_build": manifest["build_id"]}
     return (Index(chunks=chunks, bm25=bm25, dense=DenseChannel(embedder, matrix),

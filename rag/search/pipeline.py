@@ -113,6 +113,8 @@ class SearchResult:
     signals: dict[str, float | None] | None = None
     # P(answerable) from the learned gate, when one decided abstention
     gate_score: float | None = None
+    # the text of each returned hit, when the retriever knows it (context-size metrics)
+    hit_texts: list[str] | None = None
 
 
 class SearchPipeline:

@@ -1,0 +1,1 @@
+"""Converters from external retrieval datasets to a rag corpus directory and golden set."""
