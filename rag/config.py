@@ -283,15 +283,78 @@ class IndexConfig:
 
 
 @dataclass
+class HttpHitMapping:
+    """Where each field of one hit sits inside a hit object of an HTTP retriever's answer
+    (dotted paths; null or "": the answer has no such field)."""
+
+    path: str = "path"
+    symbol: Optional[str] = "symbol"
+    start_line: Optional[str] = "start_line"
+    end_line: Optional[str] = "end_line"
+    category: Optional[str] = "category"
+    # the value the ranking sorted on (absent: the rank order decides)
+    score: Optional[str] = "score"
+    scores: Optional[str] = "scores"
+    chunk_id: Optional[str] = "chunk_id"
+    text: Optional[str] = "text"
+
+
+@dataclass
+class HttpResponseMapping:
+    """Where things sit in an HTTP retriever's JSON answer: dotted paths (``data.results``;
+    a number indexes a list), null or "" for a field the answer does not have. Defaults:
+    ``rag serve``'s answer (the seed's hit shape plus ``dropped`` / ``weak_match``)."""
+
+    # the hits a caller receives (after abstention)
+    hits: str = "hits"
+    # the ranking before abstention; an answer without it is ranked by its hits
+    ranked: Optional[str] = "ranked"
+    dropped: Optional[str] = "dropped"
+    weak_match: Optional[str] = "weak_match"
+    reason: Optional[str] = "reason"
+    route: Optional[str] = "route"
+    # the server's own per-stage timings (logged as latency_server_<stage>_*)
+    timings: Optional[str] = "timings_ms"
+    signals: Optional[str] = "signals"
+    top_dense: Optional[str] = "top_dense"
+    top_rerank: Optional[str] = "top_rerank"
+    gate_score: Optional[str] = "gate_score"
+    # which signal the server's abstention read (top_dense, rerank, learned)
+    abstention: Optional[str] = "abstention"
+    hit: HttpHitMapping = field(default_factory=HttpHitMapping)
+
+
+# rag serve's request for an evaluation: the ranking to eval.depth before abstention, every
+# abstention signal and the returned chunks' text (placeholders: rag/retriever.py)
+HTTP_REQUEST = ('{"query": "{query}", "top_k": "{top_k}", "depth": "{depth}", '
+                '"types": "{types}", "signals": true, "with_text": true}')
+
+
+@dataclass
 class RetrieverConfig:
     """What is evaluated (rag/retriever.py, ``RETRIEVERS``): ``pipeline`` (the harness's own
     stages, configured by the other groups), ``run_file`` (a TREC run file or a directory of
-    them: ``path``), or ``python`` (``factory: "module:function"``, called with the config,
-    returning an object with ``retrieve(query, *, depth)``)."""
+    them: ``path``), ``python`` (``factory: "module:function"``, called with the config,
+    returning an object with ``retrieve(query, *, depth)``), or ``http`` (each query POSTed
+    to ``url``; the ``http`` keys below, README "Evaluating another retriever")."""
 
     kind: str = "pipeline"
     path: Optional[str] = None
     factory: Optional[str] = None
+    # http: the endpoint (put no credentials in it: it is logged; use headers with $VARS)
+    url: Optional[str] = None
+    # http: "Name: value" each; $NAME in a value is read from the environment per request
+    headers: list[str] = field(default_factory=list)
+    # http: the JSON body; a string that is exactly "{query}", "{top_k}", "{depth}" or
+    # "{types}" becomes that value (types: a list, the key left out when there is none)
+    request: str = HTTP_REQUEST
+    response: HttpResponseMapping = field(default_factory=HttpResponseMapping)
+    # http: seconds per request; retries after a connection error, a 5xx or a 429, waiting
+    # backoff_s * 2**attempt; concurrency: requests in flight when the evaluator prefetches
+    timeout_s: float = 30.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    concurrency: int = 1
 
 
 @dataclass

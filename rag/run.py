@@ -234,9 +234,10 @@ def per_query_csv(rows: list[dict[str, Any]]) -> str:
 
 def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
               stats: dict[str, Any], calibration: dict[str, Any] | None = None,
-              abstention: dict[str, str] | None = None, out=sys.stdout) -> None:
+              abstention: dict[str, str] | None = None, out=None) -> None:
     """Print the ledger row just added: flags, the ranking half (before abstention), the
     returned half (after abstention), the abstention calibration, latency and index stats."""
+    out = out or sys.stdout
     ks = list(cfg.eval.recall_ks)
     mode = getattr(cfg.search.mode, "value", cfg.search.mode)
     prose = getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)
@@ -258,6 +259,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
           + (f" from {abstention['abstain_calibration_from']}"
              if abstention.get("abstain_calibration_from") else "") + ")", file=out)
     print(f"  positives {int(p('n_positives'))}  negatives {int(p('n_negatives'))}", file=out)
+    if metrics.get("failed_queries") or metrics.get("missing_queries"):
+        print(f"  UNANSWERED: {int(metrics.get('failed_queries', 0))} queries failed at the "
+              f"retriever, {int(metrics.get('missing_queries', 0))} missing from the run file; "
+              "each scores 0 (reasons in per_query.csv)", file=out)
     print(f"  ranking (before abstention, to depth {cfg.eval.depth}):", file=out)
     print("    " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
     print("    " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
@@ -295,20 +300,6 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
-    deltas = [f"{name} {metrics[k + '_delta']:+.3f} (p={metrics[k + '_p']:.4f}, 95% CI "
-              f"[{metrics[k + '_ci_low']:+.3f}, {metrics[k + '_ci_high']:+.3f}])"
-              for name, k in (("MRR", "mrr"), ("Recall@8", "recall_at_8"),
-                              ("answer support", "answer_support"))
-              if f"{k}_delta" in metrics]
-    if deltas:
-        print("  vs sweep baseline: " + "  ".join(deltas), file=out)
-    if "mrr_mde" in metrics and metrics["mrr_mde"] == metrics["mrr_mde"]:  # NaN: not estimable
-        mde = metrics["mrr_mde"]
-        print(f"  minimum detectable effect (paired, alpha 0.05, power 0.8, "
-              f"{int(metrics.get('paired_queries', 0))} positives): MRR {mde:.3f}  Recall@8 "
-              f"{metrics.get('recall_at_8_mde', float('nan')):.3f}"
-              + (f"  UNDERPOWERED (> sweep.min_effect {cfg.sweep.min_effect:g})"
-                 if mde > cfg.sweep.min_effect else ""), file=out)
 
 
 def calibration_lines(cal: dict[str, Any]) -> list[str]:
@@ -358,7 +349,6 @@ def _sweep_context() -> dict[str, Any]:
         return {"overrides": list(hc.overrides.task)}
     sweep_dir = Path(str(hc.sweep.dir))
     return {"overrides": list(hc.overrides.task), "sweep_dir": sweep_dir, "job_num": hc.job.num,
-            "parallel": "joblib" in str(hc.launcher.get("_target_", "")),
             "file": read_sweep_file(sweep_dir)}
 
 
@@ -420,7 +410,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
     """
     from rag.eval.evaluate import evaluate, trec_run_lines
-    from rag.eval.golden import GoldenError, load_golden
+    from rag.eval.golden import GoldenError, load_golden, trec_qrels_lines
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     t_start = time.perf_counter()
@@ -499,7 +489,9 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
             "per_query.csv": per_query_csv(result.per_query),
             "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
+            # TREC run and qrels, named .txt so the MLflow UI previews them as text
             "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
+            "qrels.txt": "\n".join(trec_qrels_lines(golden)) + "\n",
         }
         if "learned_gate" in result.calibration:
             artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
@@ -524,8 +516,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "golden_dir": str(golden_dir),
             "model_id": embedder.model_id,
             "retriever": str(cfg.retriever.kind),
-            **({"retriever_run_fingerprint": retriever.fingerprint}
-               if hasattr(retriever, "fingerprint") else {}),
+            **getattr(retriever, "tags", {}),
             **({"retriever_factory": str(cfg.retriever.factory)} if cfg.retriever.factory else {}),
             **abstention_tags,
             **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
@@ -533,21 +524,9 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "mlflow.source.git.commit": commit.removesuffix("-dirty"),
             **sweep_tags(cfg, ctx),
         }
+        # a sweep job's significance against its baseline is computed once, when the sweep
+        # ends (rag.ledger.sweep.sweep_significance): no job waits for its baseline
         experiment = f"{t.experiment_prefix}-{cfg.corpus.name}"
-        if tags.get("is_baseline") == "false":
-            from rag.ledger.sweep import BASELINE_FAILED_FILE, baseline_comparison
-
-            info = ctx.get("file") or {}
-            # parallel jobs may finish before their baseline: wait, but only until one
-            # deadline shared by the whole sweep, and not at all once the baseline failed
-            deadline = (info.get("started_at", time.time()) + 900) if ctx.get("parallel") else None
-            marker = ctx["sweep_dir"] / BASELINE_FAILED_FILE if "sweep_dir" in ctx else None
-            sig, sig_tags = baseline_comparison(
-                ledger, ledger.experiment_id(experiment), tags["sweep_id"],
-                tags["sweep_baseline_job"], golden.fingerprint, artifacts["per_query.csv"],
-                deadline=deadline, failed_marker=marker)
-            metrics.update(sig)
-            tags.update(sig_tags)
         try:
             run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
                                     params=params_from_config(container), metrics=metrics,
@@ -584,10 +563,6 @@ def main(cfg: DictConfig) -> float:
         metrics = run_job(cfg)
     except BaseException as exc:
         ctx = _sweep_context()
-        if "sweep_dir" in ctx and cfg.sweep.name and sweep_tags(cfg, ctx).get("is_baseline") == "true":
-            from rag.ledger.sweep import BASELINE_FAILED_FILE
-
-            (ctx["sweep_dir"] / BASELINE_FAILED_FILE).write_text(f"{type(exc).__name__}: {exc}\n")
         if not isinstance(exc, RunError):
             raise
         print(f"error: {exc}", file=sys.stderr)

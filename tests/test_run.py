@@ -66,7 +66,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert run.data.tags["golden_fingerprint"] == golden.fingerprint
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
     assert names == ["calibration.json", "calibration.png", "config.yaml", "per_query.csv",
-                     "run.trec"]
+                     "qrels.txt", "run.trec"]
     png = Path(client.download_artifacts(run.info.run_id, "calibration.png", str(tmp_path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     local = Path(client.download_artifacts(run.info.run_id, "calibration.json", str(tmp_path)))

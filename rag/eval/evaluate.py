@@ -115,7 +115,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     Returns:
         An :class:`EvalResult`.
     """
-    from rag.retriever import PipelineRetriever, Query
+    from rag.retriever import RETRIEVAL_FAILED, PipelineRetriever, Query
 
     if isinstance(retriever, SearchPipeline):
         if count_tokens is None and retriever.index.dense is not None:
@@ -131,9 +131,15 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     top_k = int(retriever.top_k)
     filtered = {}
     missing = 0
-    for kind, q in tqdm(items, desc="evaluating", unit="query", disable=not progress):
-        types = tuple(q.types) if use_expected_types and kind == "positive" and q.types else ()
-        res = retriever.retrieve(Query(id=q.id, text=q.query, types=types), depth=depth)
+    queries = [Query(id=q.id, text=q.query,
+                     types=tuple(q.types) if use_expected_types and kind == "positive" and q.types
+                     else ()) for kind, q in items]
+    if hasattr(retriever, "prefetch"):  # e.g. an HTTP retriever answering concurrently
+        retriever.prefetch(queries, depth=depth)
+    for (kind, q), query in tqdm(list(zip(items, queries)), desc="evaluating", unit="query",
+                                 disable=not progress):
+        types = query.types
+        res = retriever.retrieve(query, depth=depth)
         if types and category is not None:
             filtered[q.id] = not any(category.get(lab.path) in q.types for lab in q.relevant)
         missing += res.reason == "not in the run file"
@@ -198,6 +204,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     if rows and all(r["context_chars"] is not None for r in rows):
         metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
     metrics["missing_queries"] = float(missing)
+    # queries the retriever could not answer (an endpoint's timeout or 5xx): scored 0, counted
+    metrics["failed_queries"] = float(sum(r["reason"].startswith(RETRIEVAL_FAILED) for r in rows))
     if rows and "context_tokens" in rows[0]:
         metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
     if use_expected_types:

@@ -285,3 +285,22 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     tags = sorted({t for q in positives for t in q.tags})
     return GoldenSet(positives=positives, negatives=negatives, fingerprint=h.hexdigest(),
                      directory=directory, corpus=(qdata or {}).get("corpus"), tags=tags)
+
+
+def trec_docno(doc_id: str) -> str:
+    """A doc id as a TREC docno: spaces (in Markdown section symbols) become ``_``, exactly as
+    :func:`rag.eval.evaluate.trec_run_lines` writes them, so qrels and run files agree."""
+    return doc_id.replace(" ", "_")
+
+
+def trec_qrels_lines(golden: GoldenSet) -> list[str]:
+    """The positives' labels as TREC qrels lines ``qid 0 docno relevance``.
+
+    The docno is the evaluation doc id the run file uses (``path``, or ``path#symbol`` for a
+    symbol label; :attr:`Label.doc_key`, through :func:`trec_docno`) and the relevance is the
+    label's grade. Positives in file order, labels in file order. Negatives have no relevant
+    document, so TREC qrels cannot hold them: they are left out (``trec_eval`` scores only the
+    queries that have qrels, so the negatives' rankings in a run file are ignored).
+    """
+    return [f"{q.id} 0 {trec_docno(doc)} {grade}"
+            for q in golden.positives for doc, grade in q.qrels.items()]

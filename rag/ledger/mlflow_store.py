@@ -467,6 +467,16 @@ class Ledger:
 
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         try:
+            # a local artifact store is read in place: no copy, and no thread pool (MLflow's
+            # downloader cannot start one at interpreter exit, where an interrupted sweep is
+            # compared with its baseline)
+            from urllib.parse import unquote, urlparse
+
+            root = urlparse(self.client.get_run(run_id).info.artifact_uri or "")
+            if root.scheme in ("", "file"):
+                local = Path(unquote(root.path)) / name
+                if local.is_file():
+                    return local.read_text(encoding="utf-8")
             return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name,
                                                             tracking_uri=self.uri)).read_text()
         except Exception as exc:  # noqa: BLE001 - MlflowException, OSError, UnicodeDecodeError

@@ -8,15 +8,18 @@ significance against the sweep's baseline.
   reused joblib worker — reads it. At the end it logs the Holm-corrected summary to the parent
   run and closes it; if the multirun dies first, an ``atexit`` hook marks the parent FAILED,
   and the report flags the sweep as incomplete.
-* :func:`baseline_comparison` computes, for one finished job, the paired randomization test
-  of each per-query metric against the baseline row of the same sweep (waiting for the
-  baseline row when jobs run in parallel).
+* :func:`sweep_significance` runs **once, when the multirun ends**: for every finished job,
+  the paired randomization test of each per-query metric against its baseline row (read from
+  the rows' ``per_query.csv`` artifacts), the minimum detectable effect, and Holm across the
+  sweep's jobs, all logged on the job rows. No job waits for or polls its baseline, so jobs
+  may finish in any order on any launcher.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -28,7 +31,6 @@ import pandas as pd
 from rag.eval.significance import holm, minimum_detectable_effect, paired_randomization, paired_sd
 
 SWEEP_FILE = "sweep.json"
-BASELINE_FAILED_FILE = "baseline_failed"
 
 
 def significance_columns(df: pd.DataFrame) -> tuple[str, ...]:
@@ -110,47 +112,59 @@ def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 
     return out
 
 
-def find_baseline(ledger: Any, experiment_id: str, sweep_id: str, label: str, *,
-                  deadline: float | None = None, failed_marker: Path | None = None,
-                  poll_s: float = 2.0) -> Any | None:
-    """The finished baseline row of ``sweep_id`` whose job label is ``label``.
-
-    Polls until ``deadline`` (a ``time.time()`` value shared by the whole sweep; None: look
-    once) — jobs run in parallel can finish before their baseline — and stops early when the
-    baseline job left ``failed_marker``. None if no such row appears.
-    """
-    flt = (f"tags.sweep_id = '{sweep_id}' and tags.is_baseline = 'true' "
-           f"and tags.sweep_job = '{label}' and attributes.status = 'FINISHED'")
-    while True:
-        runs = ledger.client.search_runs([experiment_id], filter_string=flt, max_results=2)
-        if runs:
-            return runs[0]
-        if deadline is None or time.time() >= deadline or (
-                failed_marker is not None and failed_marker.exists()):
-            return None
-        time.sleep(poll_s)
-
-
-def baseline_comparison(ledger: Any, experiment_id: str, sweep_id: str, label: str,
-                        golden_fingerprint: str, per_query_csv: str, *,
-                        deadline: float | None = None,
-                        failed_marker: Path | None = None) -> tuple[dict[str, float], dict[str, str]]:
-    """Metrics and tags comparing this job with its baseline row (see :func:`find_baseline`).
+def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[str, Any]:
+    """Paired tests of every finished job of ``sweep_id`` against its baseline row, logged on
+    the job rows: ``{m}_delta``, ``{m}_p``, ``{m}_ci_low``, ``{m}_ci_high``, ``{m}_mde``,
+    ``paired_queries`` and ``{m}_p_holm`` (Holm across the sweep's jobs), tag
+    ``baseline_run_id`` — or tag ``significance_skipped`` with the reason (no finished baseline
+    row, another golden set, an unreadable per-query table).
 
     Returns:
-        (metrics, tags): metrics from :func:`compare_per_query`; tags ``baseline_run_id`` or a
-        ``significance_skipped`` reason (baseline missing or failed, or another golden set).
+        ``{"jobs": [{run_id, job, ...metrics}], "holm": run_id -> {m_p_holm}, "skipped":
+        {run_id: reason}}`` (JSON-ready), for the sweep's parent run.
     """
-    base = find_baseline(ledger, experiment_id, sweep_id, label, deadline=deadline,
-                         failed_marker=failed_marker)
-    if base is None:
-        return {}, {"significance_skipped": f"no finished baseline row '{label}'"}
-    if base.data.tags.get("golden_fingerprint") != golden_fingerprint:
-        return {}, {"baseline_run_id": base.info.run_id,
-                    "significance_skipped": "baseline used another golden set"}
-    base_df = per_query_frame(ledger.download_text(base.info.run_id, "per_query.csv"))
-    metrics = compare_per_query(base_df, per_query_frame(per_query_csv))
-    return metrics, {"baseline_run_id": base.info.run_id}
+    from mlflow.entities import Metric, RunTag
+
+    runs = ledger.client.search_runs(
+        [experiment_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'",
+        max_results=1000)
+    runs = [r for r in runs if r.data.tags.get("rag.sweep_parent") != "1"]
+    baselines = {r.data.tags.get("sweep_job"): r for r in runs if r.data.tags.get("is_baseline") == "true"}
+    frames: dict[str, pd.DataFrame] = {}
+
+    def frame(run_id: str) -> pd.DataFrame:
+        if run_id not in frames:
+            frames[run_id] = per_query_frame(ledger.download_text(run_id, "per_query.csv"))
+        return frames[run_id]
+
+    jobs, skipped = [], {}
+    for r in runs:
+        t = r.data.tags
+        if t.get("is_baseline") == "true":
+            continue
+        base = baselines.get(t.get("sweep_baseline_job"))
+        if base is None:
+            skipped[r.info.run_id] = f"no finished baseline row '{t.get('sweep_baseline_job')}'"
+        elif base.data.tags.get("golden_fingerprint") != t.get("golden_fingerprint"):
+            skipped[r.info.run_id] = "baseline used another golden set"
+        else:
+            try:
+                metrics = compare_per_query(frame(base.info.run_id), frame(r.info.run_id))
+            except Exception as exc:  # noqa: BLE001 - a bad artifact skips this job, not the sweep
+                skipped[r.info.run_id] = f"per-query table unreadable ({type(exc).__name__}: {exc})"
+                continue
+            jobs.append({"run_id": r.info.run_id, "job": t.get("sweep_job"),
+                         "baseline_run_id": base.info.run_id, **metrics})
+    table = holm_table(jobs)
+    now = int(time.time() * 1000)
+    for j in jobs:
+        values = {k: v for k, v in j.items() if isinstance(v, float) and v == v}  # NaN: not logged
+        values.update(table.get(j["run_id"], {}))
+        ledger.client.log_batch(j["run_id"], metrics=[Metric(k, float(v), now, 0) for k, v in values.items()],
+                                tags=[RunTag("baseline_run_id", j["baseline_run_id"])])
+    for run_id, why in skipped.items():
+        ledger.client.set_tag(run_id, "significance_skipped", why)
+    return {"jobs": jobs, "holm": table, "skipped": skipped}
 
 
 def holm_table(rows: list[Mapping[str, Any]],
@@ -183,7 +197,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
     """Hydra callback: sweep id, experiment and parent run before the jobs; summary after."""
 
     def __init__(self) -> None:
-        self._open: tuple[str, str, str] | None = None  # (uri, parent run id, sweep id)
+        self._open: tuple[str, str, str, str] | None = None  # (uri, parent run, sweep id, experiment)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         if not config.sweep.name or not config.tracking.enabled:
@@ -213,27 +227,34 @@ class SweepCallback(Callback):  # type: ignore[misc]
         (sweep_dir / SWEEP_FILE).write_text(json.dumps({
             "sweep_id": sweep_id, "parent_run_id": parent.info.run_id,
             "varying": sorted(varying), "started_at": time.time()}))
-        self._open = (uri, parent.info.run_id, sweep_id)
+        self._open = (uri, parent.info.run_id, sweep_id, exp_id)
         atexit.register(self._close_if_open)
         print(f"sweep {sweep_id}: parent run {parent.info.run_id}")
 
     def _close_if_open(self) -> None:
-        """atexit: the multirun died before on_multirun_end — mark the parent FAILED."""
+        """atexit: the multirun died before on_multirun_end (a job failed) — compare the jobs
+        that did finish with their baseline, then mark the parent FAILED (the sweep is
+        incomplete, and the report says so)."""
         if self._open is None:
             return
-        uri, parent_id, _ = self._open
+        uri, parent_id, sweep_id, exp_id = self._open
         self._open = None
         try:
             from rag.ledger.mlflow_store import Ledger
 
-            Ledger(uri).client.set_terminated(parent_id, status="FAILED")
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
+            ledger = Ledger(uri)
+            try:
+                sweep_significance(ledger, exp_id, sweep_id)
+            finally:
+                ledger.client.set_terminated(parent_id, status="FAILED")
+        except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit
+            print(f"warning: the incomplete sweep {sweep_id} was not compared with its baseline "
+                  f"({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if self._open is None or not config.sweep.name:
             return
-        uri, parent_id, sweep_id = self._open
+        uri, parent_id, sweep_id, _ = self._open
         from rag.config import output_path
         from rag.ledger.mlflow_store import Ledger
         from rag.report import write_report
@@ -241,28 +262,27 @@ class SweepCallback(Callback):  # type: ignore[misc]
         t = config.tracking
         ledger = Ledger(uri, output_path(config, t.artifact_root))
         exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
-        runs = ledger.client.search_runs(
-            [exp_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'")
-        jobs = [r for r in runs if r.data.tags.get("rag.sweep_parent") != "1"]
-        rows = [{"run_id": r.info.run_id, "job": r.data.tags.get("sweep_job"),
-                 **{k: v for k, v in r.data.metrics.items() if k.endswith("_p") or k.endswith("_delta")}}
-                for r in jobs if r.data.tags.get("is_baseline") != "true"]
-        table = holm_table(rows)
+        sig = sweep_significance(ledger, exp_id, sweep_id)
+        n_rows = sum(r.data.tags.get("rag.sweep_parent") != "1" for r in ledger.client.search_runs(
+            [exp_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'",
+            max_results=1000))
         summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
-                   "rows": len(jobs), "jobs": rows, "holm": table}
-        # the UI and the report show the same Holm-adjusted p (raw p stays as logged)
-        for run_id, adjusted in table.items():
-            if adjusted:
-                from mlflow.entities import Metric
-
-                now = int(time.time() * 1000)
-                ledger.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0)
-                                                         for k, v in adjusted.items()])
+                   "rows": n_rows, **sig}
+        for j in sig["jobs"]:
+            h = sig["holm"].get(j["run_id"], {})
+            mde = j.get("mrr_mde")
+            print(f"  {j['job']}: MRR {j.get('mrr_delta', float('nan')):+.3f} (p "
+                  f"{j.get('mrr_p', float('nan')):.4f}, Holm {h.get('mrr_p_holm', float('nan')):.4f})"
+                  + (f", minimum detectable effect {mde:.3f}" if mde is not None and mde == mde else "")
+                  + (f"  UNDERPOWERED (> sweep.min_effect {config.sweep.min_effect:g})"
+                     if mde is not None and mde == mde and mde > config.sweep.min_effect else ""))
+        for run_id, why in sig["skipped"].items():
+            print(f"  {run_id[:8]}: significance skipped: {why}")
         ledger.client.log_text(parent_id, json.dumps(summary, indent=2) + "\n",
                                "sweep_significance.json")
-        ledger.client.set_tag(parent_id, "sweep_rows", str(len(jobs)))
+        ledger.client.set_tag(parent_id, "sweep_rows", str(n_rows))
         ledger.client.set_terminated(parent_id, status="FINISHED")
         self._open = None
         report = write_report(uri, output_path(config, t.report_path), prefix=t.experiment_prefix,
                               ledger=ledger)
-        print(f"sweep {sweep_id} done: {len(jobs)} rows; report: {report}")
+        print(f"sweep {sweep_id} done: {n_rows} rows; report: {report}")

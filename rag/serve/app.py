@@ -1,7 +1,10 @@
 """``rag serve``: the retriever over HTTP, with per-request overrides of every search flag.
 
 * ``POST /search`` — body :class:`SearchRequest`; unknown or invalid fields get 422 naming the
-  field; an empty query 422; a query over ``MAX_QUERY_CHARS`` 422.
+  field; an empty query 422; a query over ``MAX_QUERY_CHARS`` 422. For an evaluation
+  (``retriever.kind=http``, rag/retriever.py) ``depth`` adds ``ranked`` (the ranking to that
+  many distinct paths before abstention, with each hit's ``score``), ``signals: true`` every
+  abstention signal and which one the abstention read, ``with_text: true`` each hit's text.
 * ``GET /health`` — the index's size, embedder and corpus fingerprint.
 
 Bad input is a 4xx, never a 500: every malformed body (invalid JSON, not an object, wrong types,
@@ -107,6 +110,14 @@ class SearchRequest(BaseModel):
     min_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
     weak_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
     types: Optional[list[Category]] = None
+    # evaluation (``retriever.kind=http``): also return ``ranked``, the ranking down to this
+    # many distinct paths *before* abstention, each with its ``score``
+    depth: Optional[int] = Field(default=None, ge=1, le=1000)
+    # also return every abstention signal, top_dense / top_rerank / gate_score and which
+    # signal the abstention read (``abstention``: top_dense, rerank or learned)
+    signals: Optional[bool] = None
+    # the returned hits also carry their chunk ``text``
+    with_text: Optional[bool] = None
 
     @field_validator("query", "corpus", mode="before")
     @classmethod
@@ -325,6 +336,12 @@ def create_app(cfg, index, manifest: dict | None = None, *,
         return await http_exception_handler(request, exc)
 
     rerankers: list = []
+    texts: dict[str, str] = {}
+
+    def chunk_text(chunk_id: str) -> str:
+        if not texts:
+            texts.update((c.id, c.text) for c in index.chunks)
+        return texts[chunk_id]
 
     def get_reranker():
         """The configured reranker (``rerank.kind``), created on first use. A cross-encoder
@@ -393,16 +410,29 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
             entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),
                          rerank=bool(reranker))
-            res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(req.query)
+            res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(
+                req.query, depth=req.depth, with_signals=bool(req.signals))
             entry.update(route=res.route, dropped=res.dropped, weak_match=res.weak_match,
                          hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
                                for h in res.hits],
                          stage_ms={k: round(v, 3) for k, v in res.timings_ms.items()})
-            return {"hits": [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits],
+            hits = [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits]
+            if req.with_text:
+                for h, out in zip(res.hits, hits):
+                    out["text"] = chunk_text(h.chunk_id)
+            body = {"hits": hits,
                     "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
                     "reason": res.reason, "timings_ms": res.timings_ms,
                     "index": {"corpus": cfg.corpus.name, "chunks": len(index.chunks),
                               "corpus_fingerprint": index.corpus_fingerprint, **index_info()}}
+            if req.depth is not None:
+                body["ranked"] = [h.as_dict() for h in res.ranked]
+            if req.signals:
+                body.update(signals=res.signals, top_dense=res.top_dense,
+                            top_rerank=res.top_rerank, gate_score=res.gate_score,
+                            abstention="learned" if gate is not None else
+                            "rerank" if opts.rerank_gated and reranker is not None else "top_dense")
+            return body
         except HTTPException as exc:
             entry.update(failure_stage="validate", status=exc.status_code)
             raise
