@@ -269,7 +269,8 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print(f"    MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
           f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}  "
           f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
-          f"{p('candidate_pool_recall'):.3f}", file=out)
+          + (f"{metrics['candidate_pool_recall']:.3f}" if "candidate_pool_recall" in metrics
+             else "n/a"), file=out)
     print("  returned (after abstention, top_k):", file=out)
     print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
           f"{p('dropped_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  abstain_rate "

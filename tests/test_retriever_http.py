@@ -14,7 +14,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import rag.run  # noqa: F401 — imported outside capsys: print_row binds sys.stdout at import
 from conftest import run_overrides
 from rag.retriever import (RETRIEVAL_FAILED, HttpRetriever, Query, dig, fill_template,
                            public_url)
