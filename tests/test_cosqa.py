@@ -73,23 +73,27 @@ def test_convert_reports_missing_files(tmp_path, capsys):
     assert "code_idx_map.txt: not found" in capsys.readouterr().err
 
 
-def test_converted_sample_evaluates_in_process(tmp_path, compose, embedder, monkeypatch):
+def _run_sample(tmp_path, compose, embedder, monkeypatch, *extra: str):
+    """Convert the sample and evaluate it in-process with BM25: (rag.run, cfg, metrics, out)."""
     import rag.run as run_mod
     from rag.datasets.cosqa import convert
-    from rag.eval.evaluate import evaluate
-    from rag.eval.metrics import evaluate_run, mean_metrics
 
-    src = _write_sample(tmp_path / "cosqa")
     out = tmp_path / "out"
-    convert(src, out)
+    convert(_write_sample(tmp_path / "cosqa"), out)
     monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
     monkeypatch.setattr(run_mod, "_INDEXES", {})
     cfg = compose(run_overrides(tmp_path, out / "corpus", out / "golden",
                                 "corpus.name=cosqa-dev-500", "index.header=none",
                                 "search.mode=bm25", "eval.depth=6", "eval.recall_ks=[1,2,5]",
-                                "eval.ndcg_k=5",
-                                "tracking.enabled=false"))
-    metrics = run_mod.run_job(cfg)
+                                "eval.ndcg_k=5", "tracking.enabled=false", *extra))
+    return run_mod, cfg, run_mod.run_job(cfg), out
+
+
+def test_converted_sample_evaluates_in_process(tmp_path, compose, embedder, monkeypatch):
+    from rag.eval.evaluate import evaluate
+    from rag.eval.metrics import evaluate_run, mean_metrics
+
+    run_mod, cfg, metrics, out = _run_sample(tmp_path, compose, embedder, monkeypatch)
     # one chunk per function file, holding its whole text
     assert metrics["index/files_indexed"] == 6 and metrics["index/chunks"] == 6
     assert metrics["n_positives"] == 4 and metrics["n_negatives"] == 0
@@ -115,20 +119,7 @@ def test_converted_sample_evaluates_in_process(tmp_path, compose, embedder, monk
 
 
 def test_run_job_passes_eval_ties_to_the_evaluator(tmp_path, compose, embedder, monkeypatch):
-    import rag.run as run_mod
-    from rag.datasets.cosqa import convert
-
-    src = _write_sample(tmp_path / "cosqa")
-    out = tmp_path / "out"
-    convert(src, out)
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
-    cfg = compose(run_overrides(tmp_path, out / "corpus", out / "golden",
-                                "corpus.name=cosqa-dev-500", "index.header=none",
-                                "search.mode=bm25", "eval.depth=6", "eval.recall_ks=[1,2,5]",
-                                "eval.ndcg_k=5",
-                                "eval.ties=pessimistic", "tracking.enabled=false"))
-    metrics = run_mod.run_job(cfg)
+    _, _, metrics, _ = _run_sample(tmp_path, compose, embedder, monkeypatch, "eval.ties=pessimistic")
     assert metrics["mrr"] == pytest.approx((1 + 1 / 2 + 0 + 1 / 2) / 4)
 
 
