@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
                              "else sqlite:///mlflow.db)")
     p_search = sub.add_parser("search", help="search a corpus with the configured pipeline")
     p_search.add_argument("query", help="the question or identifier")
-    p_search.add_argument("--mode", choices=["auto", "bm25", "dense", "hybrid"], default=None,
+    from rag.config import SearchMode
+
+    p_search.add_argument("--mode", choices=[m.value for m in SearchMode], default=None,
                           help="search.mode (default: the config's, auto)")
     p_search.add_argument("-r", "--corpus", default=None, metavar="CORPUS",
                           help="a directory to search (corpus.path), or omit for the default corpus")

@@ -24,6 +24,7 @@ class SearchMode(str, Enum):
     auto = "auto"
     bm25 = "bm25"
     dense = "dense"
+    grep = "grep"
     hybrid = "hybrid"
 
 
@@ -126,6 +127,9 @@ class SearchConfig:
     prose_mode: ProseMode = ProseMode.dense
     top_k: int = 8
     candidates: int = 40
+    # the channels a hybrid route fuses with RRF (any subset of rag/search/channels.py
+    # CHANNEL_NAMES: bm25, dense, grep)
+    fuse: list[str] = field(default_factory=lambda: ["dense", "bm25"])
 
 
 @dataclass
@@ -503,6 +507,12 @@ def validate(cfg: DictConfig) -> None:
     check_known_keys(cfg)
     if cfg.search.top_k < 1:
         raise ValueError(f"search.top_k must be >= 1, got {cfg.search.top_k}")
+    from rag.search.channels import CHANNEL_NAMES
+
+    fuse = [str(c) for c in cfg.search.fuse]
+    if len(fuse) < 2 or len(set(fuse)) != len(fuse) or any(c not in CHANNEL_NAMES for c in fuse):
+        raise ValueError(f"search.fuse must name two or more distinct channels of "
+                         f"{list(CHANNEL_NAMES)}, got {fuse}")
     if cfg.search.candidates < cfg.search.top_k:
         raise ValueError(
             f"search.candidates ({cfg.search.candidates}) must be >= search.top_k ({cfg.search.top_k})"
@@ -642,4 +652,5 @@ def needs_dense(cfg: DictConfig) -> bool:
         return False  # an external retriever: the index only validates the labels
     mode = str(getattr(cfg.search.mode, "value", cfg.search.mode))
     signal = str(getattr(cfg.abstain.signal, "value", cfg.abstain.signal))
-    return mode != "bm25" or signal == "learned"
+    fused = mode == "hybrid" and "dense" in [str(c) for c in cfg.search.fuse]
+    return mode in ("auto", "dense") or fused or signal == "learned"

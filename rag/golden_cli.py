@@ -68,7 +68,7 @@ def add_parser(sub) -> None:
             "Write a golden set in a standard format, with the doc ids rag's run files use "
             "(path, or path#symbol for a symbol label). "
             "trec: topics.tsv (qid<TAB>text), qrels.txt (qid 0 docno relevance; spaces in a "
-            "docno become _, as in run.trec). "
+            "docno are percent-encoded, as in run.trec). "
             "beir: queries.jsonl ({_id, text}), qrels/<split>.tsv (query-id, corpus-id, score, "
             "with a header line) and, with --corpus, corpus.jsonl. "
             "Negatives have no relevant document, which neither format can express: they go "

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from rag.eval.golden import unquote_docno
 from rag.search.pipeline import Hit, SearchPipeline, SearchResult
 
 
@@ -180,11 +181,15 @@ class RunFileRetriever:
                                 weak_match=False, timings_ms={"total": 0.0},
                                 reason="not in the run file")
         ranked = []
+        # rank order is the truth; the file's scores are kept when they agree with it (so
+        # ties stay ties, e.g. for eval.ties=pessimistic), else the score falls with the rank
+        scores = [s for _, s in docs]
+        keep = all(a >= b for a, b in zip(scores, scores[1:]))
         for i, (doc, score) in enumerate(docs):
-            path, _, symbol = doc.partition("#")
-            # rank order is the truth: the score the metrics sort on falls with the rank
+            path, _, symbol = unquote_docno(doc).partition("#")
             ranked.append(Hit(chunk_id=f"{doc}@{i + 1}", path=path, symbol=symbol or None,
-                              start_line=0, end_line=0, category="", score=float(len(docs) - i),
+                              start_line=0, end_line=0, category="",
+                              score=score if keep else float(len(docs) - i),
                               scores={"run": score}))
         return SearchResult(hits=ranked[:self.top_k], ranked=ranked, route="run_file",
                             top_dense=None, dropped=0, weak_match=False,
@@ -335,7 +340,8 @@ class HttpRetriever:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"retriever.url must be an http:// or https:// URL, got "
                              f"{public_url(url)!r}")
-        if timeout_s <= 0 or retries < 0 or backoff_s < 0 or concurrency < 1:
+        finite = all(math.isfinite(float(v)) for v in (timeout_s, backoff_s))
+        if not finite or timeout_s <= 0 or retries < 0 or backoff_s < 0 or concurrency < 1:
             raise ValueError("need retriever.timeout_s > 0, retries >= 0, backoff_s >= 0 and "
                              f"concurrency >= 1; got {timeout_s}, {retries}, {backoff_s}, "
                              f"{concurrency}")
@@ -410,8 +416,14 @@ class HttpRetriever:
         (with ``concurrency`` 1: nothing is done, each query is asked when retrieved)."""
         if self.concurrency <= 1:
             return
+        def ask(q: Query) -> SearchResult:
+            try:
+                return self._ask(q, depth)
+            except Exception as exc:  # noqa: BLE001 - one query's failure never ends the run
+                return self._failed(q, f"{type(exc).__name__}: {exc}", time.perf_counter())
+
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            results = list(pool.map(lambda q: self._ask(q, depth), queries))
+            results = list(pool.map(ask, queries))
         with self._lock:
             self._cache.update(((q, depth), r) for q, r in zip(queries, results))
 
@@ -460,9 +472,11 @@ class HttpRetriever:
             data = json.loads(raw)
         except ValueError:
             return self._failed(query, "the answer is not JSON", t0)
+        except RecursionError:
+            return self._failed(query, "the answer's JSON is nested too deeply", t0)
         try:
             return self._result(data, depth, total)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, RecursionError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             return self._failed(query, f"the answer does not map: {msg}", t0)
 
@@ -485,8 +499,12 @@ class HttpRetriever:
         if not isinstance(raw, list):
             raise ValueError(f"{what} is not a list")
         hm = self.mapping["hit"]
-        scored = bool(hm["score"]) and all(
-            isinstance(_get(h, hm["score"]), (int, float)) for h in raw)
+        values = [_get(h, hm["score"]) for h in raw] if hm["score"] else []
+        # the answer's order is the ranking; its scores are used only when they agree with it
+        # (finite, non-increasing), so ties stay ties and distances are never inverted
+        scored = bool(values) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values) and all(a >= b for a, b in zip(values, values[1:]))
         out = []
         for i, h in enumerate(raw):
             path = dig(h, hm["path"])

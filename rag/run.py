@@ -430,6 +430,14 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             calibration = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
         except TransferError as exc:
             raise RunError(str(exc)) from None
+    from rag.retriever import build_retriever
+
+    retriever = None  # an external retriever is built (and its settings checked) before indexing
+    if str(cfg.retriever.kind) != "pipeline":
+        try:
+            retriever = build_retriever(cfg)
+        except (ValueError, OSError) as exc:
+            raise RunError(str(exc)) from None
     root = corpus_root(cfg)
     golden_dir = expand_path(cfg.eval.golden_dir, base=project_root())
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
@@ -446,12 +454,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
         has_dense=index.dense is not None)
     pipeline = SearchPipeline(index, options, reranker=reranker, gate=gate)
-    from rag.retriever import build_retriever
-
-    try:
+    if retriever is None:
         retriever = build_retriever(cfg, pipeline=pipeline)
-    except (ValueError, OSError) as exc:
-        raise RunError(str(exc)) from None
     result = evaluate(retriever, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
                       use_expected_types=cfg.eval.filter == "expected",
@@ -485,6 +489,10 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         from rag.report import write_report
 
         container = to_container(cfg)
+        if container.get("retriever", {}).get("url"):  # no credentials in params or artifacts
+            from rag.retriever import public_url
+
+            container["retriever"]["url"] = public_url(container["retriever"]["url"])
         uri = ledger.uri
         artifacts = {
             "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),

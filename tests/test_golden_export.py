@@ -119,8 +119,8 @@ def test_export_grades_section_symbols_and_multiline_queries(tmp_path, fixture_r
     trec, beir = tmp_path / "trec", tmp_path / "beir"
     assert main(["golden", "export", "--format", "trec", "--golden", str(golden),
                  "--out", str(trec)]) == 0
-    # spaces in a docno become _, as in run.trec; the query is one TSV line
-    assert _lines(trec / "qrels.txt") == ["deploy 0 docs/guide.md#Deploying_the_shop 2",
+    # spaces in a docno are percent-encoded (reversibly), as in run.trec; the query is one TSV line
+    assert _lines(trec / "qrels.txt") == ["deploy 0 docs/guide.md#Deploying%20the%20shop 2",
                                           "deploy 0 pyproject.toml 1"]
     assert _lines(trec / "topics.tsv") == ["deploy\thow do I deploy behind nginx"]
     assert _lines(trec / "negatives.tsv") == []

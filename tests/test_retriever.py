@@ -100,3 +100,24 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
     with pytest.raises(run_mod.RunError, match="retriever.kind=run_file needs retriever.path"):
         run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
                                               "retriever.kind=run_file", "tracking.enabled=false")))
+
+
+def test_run_file_keeps_ties_and_decodes_docnos(tmp_path):
+    from rag.eval.evaluate import trec_run_lines
+    from rag.eval.golden import trec_docno
+
+    run = {"q1": {"docs/a.rst#The Salt": 0.5, "b.py": 0.5, "c.py": 0.1234567890123}}
+    lines = trec_run_lines(run, "t")
+    assert lines[0].split()[2] == "b.py" and "docs/a.rst#The%20Salt" in lines[1]
+    assert trec_docno("x%y z") == "x%25y%20z"
+    f = tmp_path / "r.trec"
+    f.write_text("\n".join(lines) + "\n")
+    res = RunFileRetriever(f).retrieve(Query(id="q1", text="x"), depth=40)
+    # the section symbol comes back with its space; the tie stays a tie; scores are exact
+    assert [(h.path, h.symbol) for h in res.ranked] == [("b.py", None), ("docs/a.rst", "The Salt"),
+                                                        ("c.py", None)]
+    assert [h.score for h in res.ranked] == [0.5, 0.5, 0.1234567890123]
+    # scores that disagree with the ranks: the rank order decides
+    f.write_text("q1 Q0 a.py 1 0.1 t\nq1 Q0 b.py 2 0.9 t\n")
+    res = RunFileRetriever(f).retrieve(Query(id="q1", text="x"), depth=40)
+    assert [h.path for h in res.ranked] == ["a.py", "b.py"] and res.ranked[0].score > res.ranked[1].score

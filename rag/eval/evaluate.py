@@ -275,9 +275,13 @@ def calibration_metrics(cal: dict[str, Any]) -> dict[str, float]:
 
 def trec_run_lines(run: dict[str, dict[str, float]], tag: str) -> list[str]:
     """The run as TREC run-file lines ``qid Q0 docno rank score tag``, ranks 1-based, in the
-    same (-score, doc id) order that the metrics use."""
+    same (-score, doc id) order that the metrics use; docnos percent-encoded
+    (:func:`rag.eval.golden.trec_docno`) and scores written exactly (17 significant digits),
+    so the file read back (``retriever.kind=run_file``) keeps every tie and every order."""
+    from rag.eval.golden import trec_docno
+
     lines = []
     for qid in run:
         for i, doc in enumerate(rank(run[qid]), start=1):
-            lines.append(f"{qid} Q0 {doc.replace(' ', '_')} {i} {run[qid][doc]:.6f} {tag}")
+            lines.append(f"{qid} Q0 {trec_docno(doc)} {i} {run[qid][doc]:.17g} {tag}")
     return lines

@@ -288,9 +288,21 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
 
 
 def trec_docno(doc_id: str) -> str:
-    """A doc id as a TREC docno: spaces (in Markdown section symbols) become ``_``, exactly as
-    :func:`rag.eval.evaluate.trec_run_lines` writes them, so qrels and run files agree."""
-    return doc_id.replace(" ", "_")
+    """A doc id as a TREC docno (one whitespace-free field): ``%`` and whitespace (in Markdown
+    section symbols) are percent-encoded, reversibly (``docs/a.rst#The Salt`` ->
+    ``docs/a.rst#The%20Salt``; :func:`unquote_docno`), exactly as
+    :func:`rag.eval.evaluate.trec_run_lines` writes them, so qrels and run files agree and a
+    run file read back names the same units."""
+    from urllib.parse import quote
+
+    return quote(doc_id, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
+
+
+def unquote_docno(docno: str) -> str:
+    """Inverse of :func:`trec_docno`."""
+    from urllib.parse import unquote
+
+    return unquote(docno)
 
 
 def trec_qrels_lines(golden: GoldenSet) -> list[str]:

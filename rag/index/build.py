@@ -48,6 +48,23 @@ class Index:
         return np.fromiter((c.category in wanted for c in self.chunks), dtype=bool,
                            count=len(self.chunks))
 
+    def channel(self, name: str):
+        """A registered channel (rag/search/channels.py ``CHANNELS``) over these chunks, built
+        on first use from the texts the index holds and kept with the index.
+
+        Raises:
+            ValueError: no such channel.
+        """
+        from rag.search.channels import CHANNELS
+
+        cache = self.__dict__.setdefault("_channels", {})
+        if name not in cache:
+            if name not in CHANNELS:
+                raise ValueError(f"unknown channel {name!r}; registered: {sorted(CHANNELS)}")
+            texts, _ = indexed_texts(self.chunks, str(self.stats.get("header", "path_symbol")))
+            cache[name] = CHANNELS[name](texts)
+        return cache[name]
+
     @cached_property
     def chunk_paths(self) -> list[str]:
         """The path of each chunk, in index order (length n_chunks)."""

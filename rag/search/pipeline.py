@@ -39,6 +39,8 @@ class SearchOptions:
     # abstention on the top rerank score instead of the dense cosine (None: not gated)
     rerank_min: float | None = None
     rerank_weak: float | None = None
+    # the channels a hybrid route fuses with RRF (rag/search/channels.py CHANNEL_NAMES)
+    fuse: tuple[str, ...] = ("dense", "bm25")
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SearchOptions":
@@ -52,7 +54,8 @@ class SearchOptions:
                    weak_dense=float(cfg.abstain.weak_dense),
                    rerank_candidates=int(r.candidates),
                    rerank_min=None if r.min_score is None else float(r.min_score),
-                   rerank_weak=None if r.weak_score is None else float(r.weak_score))
+                   rerank_weak=None if r.weak_score is None else float(r.weak_score),
+                   fuse=tuple(str(c) for c in cfg.search.fuse))
 
     @property
     def rerank_gated(self) -> bool:
@@ -189,10 +192,23 @@ class SearchPipeline:
                     reason=f"no indexed chunk has type(s) {sorted(o.types)}; the filter is never "
                            "dropped silently")
 
+        names = list(o.fuse) if eff == "hybrid" else [eff]
         dense_scores = None
         dense_rank: list[tuple[int, float]] = []
         bm25_rank: list[tuple[int, float]] = []
-        if eff in ("dense", "hybrid"):
+        extra_scores: dict[str, np.ndarray] = {}  # registered channels (grep, ...)
+        ranks: dict[str, list[tuple[int, float]]] = {}
+        for name in names:
+            if name in ("dense", "bm25"):
+                continue
+            t0 = time.perf_counter()
+            sc = self.index.channel(name).scores(query)
+            if allowed is not None:
+                sc = np.where(allowed, sc, 0.0)
+            extra_scores[name] = sc
+            ranks[name] = top_positive(sc, pool)
+            t[name] = time.perf_counter() - t0
+        if "dense" in names:
             if self.index.dense is None:
                 raise ValueError(f"route {eff!r} needs a dense channel but the index has none")
             t0 = time.perf_counter()
@@ -205,7 +221,7 @@ class SearchPipeline:
             dense_rank = self.index.dense.top(dense_scores, pool)
             t["dense"] = time.perf_counter() - t0
         bm25_scores = None
-        if eff in ("bm25", "hybrid"):
+        if "bm25" in names:
             t0 = time.perf_counter()
             bm25_scores = self.index.bm25.score_all(query)
             if allowed is not None:
@@ -213,18 +229,17 @@ class SearchPipeline:
             bm25_rank = top_positive(bm25_scores, pool)
             t["bm25"] = time.perf_counter() - t0
 
+        ranks.update({"dense": dense_rank} if "dense" in names else {})
+        ranks.update({"bm25": bm25_rank} if "bm25" in names else {})
         rrf_scores: dict[int, float] | None = None
         if eff == "hybrid":
             t0 = time.perf_counter()
-            fused = rrf({"dense": [i for i, _ in dense_rank], "bm25": [i for i, _ in bm25_rank]},
-                        k=o.rrf_k)
+            fused = rrf({n: [i for i, _ in ranks[n]] for n in names}, k=o.rrf_k)
             rrf_scores = dict(fused)
             order = fused
             t["fusion"] = time.perf_counter() - t0
-        elif eff == "dense":
-            order = dense_rank
         else:
-            order = bm25_rank
+            order = ranks[eff]
 
         candidates = [(self.index.chunks[i].path, self.index.chunks[i].symbol)
                       for i, _ in order[:o.rerank_candidates]]
@@ -273,8 +288,8 @@ class SearchPipeline:
                     cut = n + 1
                     break
             cut = max(cut, o.top_k)
-        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores, rerank_scores)
-                  for i, s in order[:cut]]
+        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores, rerank_scores,
+                            extra_scores) for i, s in order[:cut]]
         # abstention acts on what is returned, never on the ranking (DESIGN.md §5: ranking
         # metrics must not move with a threshold)
         hits = ranked[:o.top_k]
@@ -301,7 +316,7 @@ class SearchPipeline:
                             gate_score=gate_score, reason=reason)
 
     def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores,
-             rerank_scores=None) -> Hit:
+             rerank_scores=None, extra_scores=None) -> Hit:
         """A hit with every channel's score for chunk ``i``: None where the channel did not
         run, BM25 None where it gave 0 (no query term in the chunk), RRF None outside hybrid
         or for a chunk outside both fused pools."""
@@ -315,4 +330,7 @@ class SearchPipeline:
                          else None),
                 "rrf": (rrf_scores.get(i) if rrf_scores is not None else None),
                 "rerank": (rerank_scores.get(i) if rerank_scores is not None else None),
+                # registered channels that ran (grep, ...): None where they found nothing
+                **{n: (float(sc[i]) if sc[i] > 0 else None)
+                   for n, sc in (extra_scores or {}).items()},
             })

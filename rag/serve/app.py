@@ -33,6 +33,7 @@ import traceback
 from typing import Any, Literal, Optional
 
 from omegaconf import OmegaConf
+from rag.config import SearchMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_QUERY_CHARS = 2000
@@ -102,7 +103,8 @@ class SearchRequest(BaseModel):
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     corpus: Optional[str] = Field(default=None, min_length=1, max_length=MAX_CORPUS_CHARS)
-    mode: Optional[Literal["auto", "bm25", "dense", "hybrid"]] = None
+    # the config's vocabulary (rag/config.py SearchMode), not a second list
+    mode: Optional[Literal[tuple(m.value for m in SearchMode)]] = None  # type: ignore[valid-type]
     prose_mode: Optional[Literal["dense", "hybrid"]] = None
     top_k: Optional[int] = Field(default=None, ge=1, le=200)
     candidates: Optional[int] = Field(default=None, ge=1, le=2000)
@@ -336,11 +338,10 @@ def create_app(cfg, index, manifest: dict | None = None, *,
         return await http_exception_handler(request, exc)
 
     rerankers: list = []
-    texts: dict[str, str] = {}
+    # filled once here, not lazily: requests run on a thread pool and must never see it half-built
+    texts: dict[str, str] = {c.id: c.text for c in getattr(index, "chunks", None) or ()}
 
     def chunk_text(chunk_id: str) -> str:
-        if not texts:
-            texts.update((c.id, c.text) for c in index.chunks)
         return texts[chunk_id]
 
     def get_reranker():

@@ -1,0 +1,56 @@
+"""Registered channels (rag/search/channels.py): grep by hand, and fusion over any subset."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rag.search.channels import CHANNEL_NAMES, GrepChannel, grep_terms
+
+
+def test_grep_terms_and_scores_by_hand():
+    assert grep_terms("How does url_for build URLs? url_for!") == ["url_for", "build", "urls"]
+    assert grep_terms("is it a db") == []  # stopwords and 1-2 letter words only
+    ch = GrepChannel(["def url_for(): build(url_for)", "URLS and urls", "nothing here"])
+    s = ch.scores("url_for urls")
+    # chunk 0: url_for x2, "urls" x0 -> ln 3; chunk 1: urls x2 (case-insensitive) -> ln 3
+    assert s == pytest.approx([math.log(3), math.log(3), 0.0])
+    assert ch.scores("zzz_missing").tolist() == [0.0, 0.0, 0.0]
+    assert CHANNEL_NAMES == ("bm25", "dense", "grep")
+
+
+def test_pipeline_routes_to_and_fuses_any_channel(fixture_repo):
+    from rag.index.build import build_index
+    from rag.search.fusion import rrf
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    idx = build_index(fixture_repo, embedder=None, cache_dir=None, progress=False)
+    q = "handleAuthCallback refund"
+    grep = SearchPipeline(idx, SearchOptions(mode="grep")).search(q, depth=5)
+    expected = idx.channel("grep").scores(q)
+    order = sorted(np.flatnonzero(expected > 0), key=lambda i: (-expected[i], i))
+    assert [h.chunk_id for h in grep.ranked] == [idx.chunks[i].id for i in order][:len(grep.ranked)]
+    assert all(h.scores["grep"] == pytest.approx(expected[idx.chunks.index(
+        next(c for c in idx.chunks if c.id == h.chunk_id))]) for h in grep.ranked)
+    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "grep"))).search(q, depth=5)
+    bm25_rank = idx.bm25.search(q, 40)
+    want = rrf({"bm25": [i for i, _ in bm25_rank], "grep": list(order)}, k=60)
+    assert [h.chunk_id for h in fused.ranked[:3]] == [idx.chunks[i].id for i, _ in want[:3]]
+    assert fused.ranked[0].scores["rrf"] == pytest.approx(want[0][1])
+    assert "grep" in fused.timings_ms and "dense" not in fused.timings_ms
+    with pytest.raises(ValueError, match="unknown channel 'nope'"):
+        idx.channel("nope")
+
+
+def test_fuse_is_validated(compose):
+    from rag.config import needs_dense, validate
+
+    for bad in ("[grep]", "[grep,grep]", "[grep,nope]"):
+        with pytest.raises(ValueError, match="search.fuse must name two or more distinct"):
+            validate(compose([f"search.fuse={bad}"]))
+    cfg = compose(["search.mode=hybrid", "search.fuse=[bm25,grep]"])
+    validate(cfg)
+    assert not needs_dense(cfg) and needs_dense(compose(["search.mode=hybrid"]))
+    assert not needs_dense(compose(["search.mode=grep"]))
