@@ -10,7 +10,7 @@ TSTAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: help install corpus run report test test-fast clean
+.PHONY: help install corpus run report test test-fast clean sysdeps
 
 help:
 	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
@@ -42,10 +42,17 @@ run: $(STAMP)
 report: $(STAMP)
 	$(PY) -m rag.report
 
-test: $(TSTAMP)
+# system packages the tests use where present: ripgrep (the grep channel's rg backend);
+# without it (no apt, no root) the channel runs in Python and the parity test is skipped
+sysdeps:
+	@command -v rg >/dev/null 2>&1 || apt-get install -y -q ripgrep >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ripgrep >/dev/null 2>&1) \
+	  || echo "note: ripgrep not installed: the grep channel uses its Python backend"
+
+test: $(TSTAMP) sysdeps
 	$(PY) -m pytest
 
-test-fast: $(TSTAMP)
+test-fast: $(TSTAMP) sysdeps
 	$(PY) -m pytest -m "not integration"
 
 clean:

@@ -54,3 +54,20 @@ def test_fuse_is_validated(compose):
     validate(cfg)
     assert not needs_dense(cfg) and needs_dense(compose(["search.mode=hybrid"]))
     assert not needs_dense(compose(["search.mode=grep"]))
+
+
+@pytest.mark.skipif(__import__("shutil").which("rg") is None,
+                    reason="ripgrep is not installed (make test installs the Debian package)")
+def test_ripgrep_and_python_backends_agree(fixture_repo):
+    from rag.index.build import build_index, indexed_texts
+
+    idx = build_index(fixture_repo, embedder=None, cache_dir=None, progress=False)
+    texts, _ = indexed_texts(idx.chunks)
+    rg, py = GrepChannel(texts, backend="ripgrep"), GrepChannel(texts, backend="python")
+    assert (rg.backend, py.backend) == ("ripgrep", "python")
+    for q in ("handleAuthCallback refund", "how do customers use a voucher to pay less",
+              "Shop shop SHOP deploy", "who won the football world cup", "item items"):
+        assert rg.scores(q) == pytest.approx(py.scores(q)), q
+    # counts by hand: "items" occurs twice in Cart.add_item (self.items[...], self.items.get)
+    add_item = next(i for i, c in enumerate(idx.chunks) if c.symbol == "Cart.add_item")
+    assert rg.counts("items")[add_item] == py.counts("items")[add_item] == 2
