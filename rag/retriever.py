@@ -179,7 +179,7 @@ class RunFileRetriever:
             self.missing.append(query.id)
             return SearchResult(hits=[], ranked=[], route="run_file", top_dense=None, dropped=0,
                                 weak_match=False, timings_ms={"total": 0.0},
-                                reason="not in the run file")
+                                reason="not in the run file", unanswered="missing")
         ranked = []
         # rank order is the truth; the file's scores are kept when they agree with it (so
         # ties stay ties, e.g. for eval.ties=pessimistic), else the score falls with the rank
@@ -492,7 +492,7 @@ class HttpRetriever:
             print("warning: further failed queries are not printed; each is counted "
                   f"(reason '{RETRIEVAL_FAILED}: ...' in per_query.csv)", file=sys.stderr)
         return SearchResult(hits=[], ranked=[], route="http", top_dense=None, dropped=0,
-                            weak_match=False, reason=reason, hit_texts=[],
+                            weak_match=False, reason=reason, hit_texts=[], unanswered="failed",
                             timings_ms={"total": (time.perf_counter() - t0) * 1000.0})
 
     def _hits(self, raw: Any, what: str) -> list[Hit]:

@@ -4,6 +4,7 @@ judged by the same evaluator as the built-in pipeline."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ def test_run_file_retriever_hits_and_missing_queries(tmp_path):
     assert [h.path for h in res.hits] == ["a.py"] and res.ranked[0].scores == {"run": 0.9}
     gone = r.retrieve(Query(id="q9", text="x"), depth=40)
     assert gone.ranked == [] and gone.reason == "not in the run file" and r.missing == ["q9"]
+    assert gone.unanswered == "missing" and res.unanswered is None
     with pytest.raises(FileNotFoundError, match="no run file"):
         RunFileRetriever(tmp_path / "nope")
 
@@ -89,6 +91,20 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
                                                   f"retriever.path={trec}")))
     assert {k: again[k] for k in RANKING} == {k: first[k] for k in RANKING}
     assert again["missing_queries"] == 0.0 and again["index/chunks_embedded"] == 0
+    # a run file without one positive: that query scores 0 and is counted, not hidden
+    short = tmp_path / "short.trec"
+    short.write_text("".join(ln for ln in Path(trec).read_text().splitlines(keepends=True)
+                             if not ln.startswith("prose-voucher ")))
+    partial = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
+                                                    "retriever.kind=run_file",
+                                                    f"retriever.path={short}",
+                                                    "tracking.enabled=false")))
+    assert partial["missing_queries"] == 1.0 and partial["failed_queries"] == 0.0
+    import pandas as pd
+
+    pq = pd.read_csv(client.download_artifacts(row.info.run_id, "per_query.csv", str(tmp_path)))
+    voucher = float(pq.set_index("query_id").loc["prose-voucher", "mrr"])
+    assert partial["mrr"] == pytest.approx(first["mrr"] - voucher / 3)
     replay = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_id != row.info.run_id][0]
     assert replay.data.tags["retriever"] == "run_file" and len(replay.data.tags["retriever_run_fingerprint"]) == 64
     # a user's object through retriever=python: same evaluator, its own numbers

@@ -87,7 +87,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     filter; ``filter_false_negative_rate`` is the share of those queries whose filter excludes
     the category of every relevant document (the filter hid the answer; needs the retriever's
     ``path_categories``). A query the retriever could not answer at all (e.g. missing from a
-    run file: ``reason`` "not in the run file") is counted in ``missing_queries``.
+    run file, or failed at an endpoint: ``SearchResult.unanswered``) is counted in
+    ``missing_queries`` / ``failed_queries`` and scores 0.
 
     Ranking half: metrics on the ranked list down to ``depth`` distinct units (collapsed by
     doc id) *before* abstention, averaged over positives (a positive with no ranking scores 0).
@@ -115,7 +116,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     Returns:
         An :class:`EvalResult`.
     """
-    from rag.retriever import RETRIEVAL_FAILED, PipelineRetriever, Query
+    from rag.retriever import PipelineRetriever, Query
 
     if isinstance(retriever, SearchPipeline):
         if count_tokens is None and retriever.index.dense is not None:
@@ -130,7 +131,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     category = getattr(retriever, "path_categories", None)
     top_k = int(retriever.top_k)
     filtered = {}
-    missing = 0
+    unanswered: dict[str | None, int] = {}
     queries = [Query(id=q.id, text=q.query,
                      types=tuple(q.types) if use_expected_types and kind == "positive" and q.types
                      else ()) for kind, q in items]
@@ -142,7 +143,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
         res = retriever.retrieve(query, depth=depth)
         if types and category is not None:
             filtered[q.id] = not any(category.get(lab.path) in q.types for lab in q.relevant)
-        missing += res.reason == "not in the run file"
+        unanswered[res.unanswered] = unanswered.get(res.unanswered, 0) + 1
         for s, v in res.timings_ms.items():
             timings.setdefault(s, []).append(v)
         texts = res.hit_texts
@@ -203,9 +204,9 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
                                if pos_rows else 0.0)
     if rows and all(r["context_chars"] is not None for r in rows):
         metrics["context_chars_mean"] = float(sum(r["context_chars"] for r in rows) / len(rows))
-    metrics["missing_queries"] = float(missing)
+    metrics["missing_queries"] = float(unanswered.get("missing", 0))
     # queries the retriever could not answer (an endpoint's timeout or 5xx): scored 0, counted
-    metrics["failed_queries"] = float(sum(r["reason"].startswith(RETRIEVAL_FAILED) for r in rows))
+    metrics["failed_queries"] = float(unanswered.get("failed", 0))
     if rows and "context_tokens" in rows[0]:
         metrics["context_tokens_mean"] = float(sum(r["context_tokens"] for r in rows) / len(rows))
     if use_expected_types:
