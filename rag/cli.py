@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p_search.add_argument("-r", "--corpus", default=None, metavar="CORPUS",
                           help="a directory to search (corpus.path), or omit for the default corpus")
     p_search.add_argument("--top-k", type=int, default=None, help="search.top_k (default 8)")
-    p_search.add_argument("--types", nargs="+", default=None, metavar="T",
-                          choices=["source", "test", "documentation", "example", "config", "other",
-                                   "issue", "pull_request", "cli_help"],
+    from rag.corpus.walk import CATEGORIES
+
+    p_search.add_argument("--types", nargs="+", default=None, metavar="T", choices=CATEGORIES,
                           help="only these document categories (applied before scoring)")
     p_search.add_argument("--json", action="store_true", help="print JSON (the hit shape)")
     p_search.add_argument("overrides", nargs="*", metavar="KEY=VALUE",

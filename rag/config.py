@@ -18,14 +18,16 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 
-class SearchMode(str, Enum):
-    """First-stage routing: one channel, both fused, or chosen per query by the router."""
+def _search_modes() -> dict[str, str]:
+    from rag.search.channels import CHANNEL_NAMES
 
-    auto = "auto"
-    bm25 = "bm25"
-    dense = "dense"
-    grep = "grep"
-    hybrid = "hybrid"
+    return {m: m for m in ("auto", *CHANNEL_NAMES, "hybrid")}
+
+
+# First-stage routing: ``auto`` (the router picks per query), one registered channel by name
+# (rag/search/channels.py CHANNELS), or ``hybrid`` (RRF over ``search.fuse``). Derived from
+# the channel registry, so a new channel is a mode without an edit here.
+SearchMode = Enum("SearchMode", _search_modes(), type=str)
 
 
 class ProseMode(str, Enum):
@@ -62,8 +64,9 @@ class CorpusConfig:
 
     # Names the ledger experiment (rag-<name>) and the index folder. Default: the corpus's own
     # name — the directory's name for corpus.path, name-version for an sdist (flask==3.1.3 ->
-    # flask-3.1.3); never another corpus's.
-    name: str = "${rag_corpus_name:${corpus.path},${corpus.sdist}}"
+    # flask-3.1.3), dataset.name under dataset=beir (its corpus is the dataset's); never
+    # another corpus's.
+    name: str = "${rag_corpus_name:${corpus.path},${corpus.sdist},${dataset.format},${dataset.name}}"
     # A pip requirement fetched as an sdist (``pip download --no-binary :all:``); ignored if path is set.
     sdist: Optional[str] = None
     # Index this directory instead of fetching an sdist.
@@ -100,13 +103,16 @@ class EmbedderConfig:
     pca_dims: int = 256
 
 
-class BM25Tokenizer(str, Enum):
-    """rag/index/tokenize.py: ``code`` (identifiers and dotted/path compounds whole and split,
-    English stopwords and one-letter tokens dropped) or ``identifiers`` (each identifier
-    whole and split on snake/camel case, nothing dropped: CoSQA's reference BM25)."""
+def _bm25_tokenizers() -> dict[str, str]:
+    from rag.index.tokenize import TOKENIZERS
 
-    code = "code"
-    identifiers = "identifiers"
+    return {t: t for t in TOKENIZERS}
+
+
+# rag/index/tokenize.py TOKENIZERS: ``code`` (identifiers and dotted/path compounds whole and
+# split, English stopwords and one-letter tokens dropped) or ``identifiers`` (each identifier
+# whole and split on snake/camel case, nothing dropped: CoSQA's reference BM25)
+BM25Tokenizer = Enum("BM25Tokenizer", _bm25_tokenizers(), type=str)
 
 
 @dataclass
@@ -128,7 +134,7 @@ class SearchConfig:
     top_k: int = 8
     candidates: int = 40
     # the channels a hybrid route fuses with RRF (any subset of rag/search/channels.py
-    # CHANNEL_NAMES: bm25, dense, grep)
+    # CHANNEL_NAMES)
     fuse: list[str] = field(default_factory=lambda: ["dense", "bm25"])
 
 
@@ -361,6 +367,40 @@ class RetrieverConfig:
     concurrency: int = 1
 
 
+class DatasetFormat(str, Enum):
+    """What ``python -m rag.run`` evaluates: ``none`` (``corpus`` with ``eval.golden_dir``),
+    ``beir`` (a BEIR folder: its corpus and qrels) or ``trec`` (TREC topics and qrels over
+    ``corpus``)."""
+
+    none = "none"
+    beir = "beir"
+    trec = "trec"
+
+
+@dataclass
+class DatasetConfig:
+    """An external dataset in a standard format, evaluated instead of ``eval.golden_dir``
+    (conf/dataset/, README "Datasets"; readers: rag/datasets/beir.py, rag/datasets/trec.py).
+
+    ``beir``: ``path`` is a folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv and,
+    optionally, negatives.jsonl; its corpus replaces ``corpus.path`` / ``corpus.sdist``.
+    ``trec``: ``topics`` and ``qrels`` files whose docnos (``path`` or ``path#symbol``) label
+    the configured corpus; ``negatives`` (topics format) is optional, default a
+    ``negatives.tsv`` beside the topics file when there is one. Both are converted once into
+    ``${paths.cache_dir}/datasets/`` (keyed by their content). ``name`` (default: the BEIR
+    folder's name, or the topics file's folder's) names that folder and, for ``beir``, is the
+    golden set's ``corpus:`` and ``corpus.name``'s default. Relative paths: from the cwd.
+    """
+
+    format: DatasetFormat = DatasetFormat.none
+    path: Optional[str] = None
+    split: str = "test"
+    topics: Optional[str] = None
+    qrels: Optional[str] = None
+    negatives: Optional[str] = None
+    name: Optional[str] = "${rag_dataset_name:${dataset.format},${dataset.path},${dataset.topics}}"
+
+
 @dataclass
 class SweepConfig:
     """Set by a sweep file (conf/sweep/<name>.yaml): its name and the baseline job's overrides."""
@@ -388,12 +428,15 @@ class RagConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
 
-def default_corpus_name(path: Optional[str], sdist: Optional[str]) -> str:
-    """A corpus's own name: the directory's name for ``path`` (encoded by
+def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_format: Any = None,
+                        dataset_name: Optional[str] = None) -> str:
+    """A corpus's own name: ``dataset_name`` under ``dataset_format`` beir (the corpus is the
+    dataset's), else the directory's name for ``path`` (encoded by
     :func:`rag.names.safe_component` if it is not a safe folder name), else ``name-version``
     of a pinned sdist requirement (``flask==3.1.3`` -> ``flask-3.1.3``), else the sdist
     requirement made safe.
@@ -403,6 +446,8 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str]) -> str:
     """
     from rag.names import safe_component
 
+    if str(getattr(dataset_format, "value", dataset_format)) == "beir" and dataset_name:
+        return str(dataset_name)
     if path:
         base = Path(str(path)).expanduser().resolve().name or "root"
         return safe_component(base, what="corpus.name", encode=True)
@@ -415,17 +460,33 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str]) -> str:
     raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
 
 
+def default_dataset_name(dataset_format: Any, path: Optional[str],
+                         topics: Optional[str]) -> Optional[str]:
+    """``dataset.name``'s default: the BEIR folder's name (``beir``), the topics file's
+    folder's name (``trec``), made safe like a corpus directory's name; None when the format
+    is ``none`` or its file is not set (validation says which key is missing)."""
+    fmt = str(getattr(dataset_format, "value", dataset_format))
+    if fmt == "beir" and path:
+        return default_corpus_name(path, None)
+    if fmt == "trec" and topics:
+        return default_corpus_name(str(Path(str(topics)).expanduser().resolve().parent), None)
+    return None
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore and the resolvers ``${rag_root:}`` (the
     project root, so Hydra's output folders land there whatever the cwd),
-    ``${rag_output:}`` (``paths.output_dir`` made absolute) and ``${rag_corpus_name:path,sdist}``
-    (:func:`default_corpus_name`). Idempotent."""
+    ``${rag_output:}`` (``paths.output_dir`` made absolute), ``${rag_corpus_name:path,sdist,...}``
+    (:func:`default_corpus_name`) and ``${rag_dataset_name:...}`` (:func:`default_dataset_name`).
+    Idempotent."""
     if not OmegaConf.has_resolver("rag_root"):
         OmegaConf.register_new_resolver("rag_root", lambda: str(project_root()))
     if not OmegaConf.has_resolver("rag_abs"):
         OmegaConf.register_new_resolver("rag_abs", lambda p: str(expand_path(str(p))))
     if not OmegaConf.has_resolver("rag_corpus_name"):
         OmegaConf.register_new_resolver("rag_corpus_name", default_corpus_name)
+    if not OmegaConf.has_resolver("rag_dataset_name"):
+        OmegaConf.register_new_resolver("rag_dataset_name", default_dataset_name)
     cs = ConfigStore.instance()
     cs.store(name="rag_schema", node=RagConfig)
 
@@ -577,8 +638,41 @@ def validate(cfg: DictConfig) -> None:
 
     # corpus.name names a folder and an experiment: check what the user wrote, uninterpolated
     # (the default, an interpolation of the corpus's own name, is made safe when resolved)
+    validate_dataset(cfg)  # first: dataset.name is corpus.name's default under dataset=beir
     raw = OmegaConf.to_container(cfg.corpus, resolve=False)["name"]
     safe_component(str(cfg.corpus.name if raw == CorpusConfig.name else raw), what="corpus.name")
+
+
+def validate_dataset(cfg: DictConfig) -> None:
+    """The ``dataset`` keys a format needs are set, and no others; ``dataset.name`` and
+    ``dataset.split`` are safe names.
+
+    Raises:
+        ValueError: naming the key.
+    """
+    from rag.names import safe_component
+
+    d = cfg.dataset
+    fmt = str(getattr(d.format, "value", d.format))
+    needed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels")}[fmt]
+    allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives")}[fmt]
+    for key in ("path", "topics", "qrels", "negatives"):
+        if d[key] is None and key in needed:
+            raise ValueError(f"dataset={fmt} needs dataset.{key}="
+                             + ("DIR" if key == "path" else "FILE"))
+        if d[key] is not None and key not in allowed:
+            raise ValueError(f"dataset.{key} is not read " + (
+                f"by dataset={fmt}" if fmt != "none" else "without dataset=beir or dataset=trec"))
+    if fmt == "none":
+        return
+    if fmt == "beir" and cfg.corpus.path:
+        raise ValueError("dataset=beir brings its own corpus (corpus.jsonl): leave corpus.path "
+                         f"unset, got corpus.path={cfg.corpus.path!r}")
+    split = str(d.split)
+    if not split or "/" in split or "\\" in split or split.strip() != split or split in (".", ".."):
+        raise ValueError(f"dataset.split must be a plain file name, got {split!r}")
+    raw = OmegaConf.to_container(d, resolve=False)["name"]
+    safe_component(str(d.name if raw == DatasetConfig.name else raw), what="dataset.name")
 
 
 def _schema_keys(node: Any, prefix: str = "") -> set[str]:

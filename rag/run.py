@@ -21,18 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from rag.config import (expand_path, ledger_uri, output_path, project_root, register_configs,
                         to_container, validate)
+from rag.errors import RunError  # re-exported: entry points import it from here
+from rag.stages import STAGES, StageCache
 
 log = logging.getLogger("rag.run")
 register_configs()
-
-# Models and indexes are kept for the life of the process, so the jobs of a sweep run by
-# Hydra's basic launcher (one process) load the model and build the index once.
-_EMBEDDERS: dict[tuple, Any] = {}
-_INDEXES: dict[tuple, Any] = {}
-
-
-class RunError(RuntimeError):
-    """A user-facing failure: printed as one ``error:`` message, exit status 2."""
 
 
 def corpus_root(cfg: DictConfig) -> Path:
@@ -48,106 +41,6 @@ def corpus_root(cfg: DictConfig) -> Path:
         return fetch_sdist(cfg.corpus.sdist, expand_path(cfg.paths.cache_dir))
     except CorpusFetchError as exc:
         raise RunError(str(exc)) from exc
-
-
-def get_embedder(cfg: DictConfig):
-    """The configured embedder, loaded once per process."""
-    from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
-
-    e = cfg.embedder
-    kind = str(getattr(e.kind, "value", e.kind))
-    key = (kind, e.name, e.model_path, e.max_seq_length, e.batch_size, e.normalize, e.pca_dims)
-    if key not in _EMBEDDERS:
-        try:
-            if kind == "model2vec":
-                from rag.index.dense import Model2VecEmbedder
-
-                try:
-                    _EMBEDDERS[key] = Model2VecEmbedder(
-                        name=e.name, model_path=e.model_path, pca_dims=e.pca_dims,
-                        max_seq_length=e.max_seq_length, normalize=e.normalize,
-                        cache_dir=expand_path(cfg.paths.cache_dir))
-                except ImportError as exc:
-                    raise RunError("embedder.kind=model2vec needs the model2vec package with its "
-                                   f"distill extra ({exc})") from exc
-            else:
-                _EMBEDDERS[key] = SentenceTransformerEmbedder(
-                    name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-                    batch_size=e.batch_size, normalize=e.normalize)
-        except ModelNotFoundError as exc:
-            raise RunError(str(exc)) from exc
-    return _EMBEDDERS[key]
-
-
-def get_index(cfg: DictConfig, root: Path, embedder, *, progress: bool = True,
-              with_dense: bool | None = None):
-    """Build (or reuse, within this process) the index of ``root``.
-
-    ``with_dense``: embed the chunks (None: only when a stage of the run needs the dense
-    channel, :func:`rag.config.needs_dense`; ``rag index`` always embeds)."""
-    from rag.index.build import EmptyCorpusError, build_index
-
-    c, b = cfg.corpus, cfg.bm25
-    backend = str(getattr(b.backend, "value", b.backend))
-    from rag.config import needs_dense
-
-    dense = needs_dense(cfg) if with_dense is None else with_dense
-    tokenizer = str(getattr(b.tokenizer, "value", b.tokenizer))
-    key = (str(root), embedder.model_id, dense, cfg.index.header, backend, b.k1, b.b, tokenizer,
-           c.max_file_bytes, c.window_lines, c.window_overlap, tuple(c.github_export or ()))
-    if key in _INDEXES:
-        index = _INDEXES[key]
-        index.stats = {**index.stats, "chunks_embedded": 0, "corpus_read": 0,
-                       "chunks_from_cache": len(index.chunks), "index_reused": 1}
-        return index
-    extra = []
-    if c.github_export:
-        from rag.corpus.github import GitHubExportError, load_github_export
-
-        try:
-            for f in c.github_export:
-                extra += load_github_export(expand_path(f, base=Path.cwd()))
-        except GitHubExportError as exc:
-            raise RunError(str(exc)) from exc
-    try:
-        index = build_index(root, embedder=embedder if dense else None, extra_docs=extra,
-                            header=str(cfg.index.header),
-                            cache_dir=expand_path(cfg.paths.cache_dir),
-                            bm25_backend=backend, k1=b.k1, b=b.b, bm25_tokenizer=tokenizer,
-                            max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
-                            window_overlap=c.window_overlap,
-                            chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
-                            progress=progress)
-    except EmptyCorpusError as exc:
-        raise RunError(str(exc)) from exc
-    index.stats["index_reused"] = 0
-    index.stats["embedder_distill_s"] = round(float(getattr(embedder, "distill_s", 0.0)), 3)
-    _INDEXES[key] = index
-    return index
-
-
-_RERANKERS: dict[tuple, Any] = {}
-
-
-def get_reranker(cfg: DictConfig, embedder):
-    """The configured second stage, or None; cached per process like the embedder (a sweep
-    loads the cross-encoder once). A cross-encoder with ``rerank.model: null`` is trained on
-    first use (see rag/search/rerank_training.py)."""
-    if not cfg.rerank.enabled:
-        return None
-    from rag.search.rerank import RerankerError, build_reranker
-    from rag.search.rerank_training import TrainingDataError
-
-    r = cfg.rerank
-    key = (str(r.kind), r.model, r.batch_size, r.max_length, id(embedder),
-           json.dumps(OmegaConf.to_container(r.train), sort_keys=True))
-    if key not in _RERANKERS:
-        try:
-            _RERANKERS[key] = build_reranker(cfg, embedder, expand_path(cfg.paths.cache_dir),
-                                             log=lambda m: print(m, file=sys.stderr, flush=True))
-        except (RerankerError, TrainingDataError) as exc:
-            raise RunError(str(exc)) from exc
-    return _RERANKERS[key]
 
 
 def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: bool) -> None:
@@ -175,6 +68,31 @@ def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: b
         raise RunError(f"{qfile} labels corpus {str(labelled)!r} but this run evaluates corpus "
                        f"{corpus_name!r}: pass eval.golden_dir=<labels for {corpus_name}> (or "
                        "corpus.name=..., or eval.allow_corpus_mismatch=true to accept it)")
+
+
+def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
+    """(corpus root, golden directory, ledger tags) of a run: ``corpus`` and
+    ``eval.golden_dir``, or what a ``dataset=beir|trec`` group converts into the cache
+    (rag/datasets/common.py; BEIR brings its corpus, TREC labels the configured one), with
+    ``dataset_*`` tags naming it.
+
+    Raises:
+        RunError: the corpus cannot be had, or a dataset file is missing or malformed
+            (``file:line: ...``).
+    """
+    from rag.datasets.common import DatasetError, prepare_dataset
+
+    try:
+        prepared = prepare_dataset(cfg, lambda: corpus_root(cfg))
+    except DatasetError as exc:
+        raise RunError(str(exc)) from None
+    except OSError as exc:
+        raise RunError(f"dataset: {exc}") from None
+    if prepared is None:
+        return corpus_root(cfg), expand_path(cfg.eval.golden_dir, base=project_root()), {}
+    print(prepared.summary(), file=sys.stderr)
+    root = prepared.corpus_root or corpus_root(cfg)
+    return root, prepared.golden_dir, prepared.tags
 
 
 def abstention_setup(cfg: DictConfig, options, cal, *, model_id: str, golden_fingerprint: str,
@@ -398,11 +316,16 @@ def open_ledger(cfg: DictConfig):
         raise RunError(str(exc)) from None
 
 
-def run_job(cfg: DictConfig) -> dict[str, float]:
+def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, float]:
     """Execute one evaluation and (if tracking is on) log it as one ledger row.
 
     Validation (config, corpus, golden labels) happens before anything is written, so a
     failing run leaves no MLflow row.
+
+    Args:
+        cfg: the composed config.
+        stages: where built embedders, indexes and rerankers are kept (default: the
+            process-wide :data:`rag.stages.STAGES`, shared by a sweep's jobs).
 
     Returns:
         The metrics (Hydra sweepers may optimise on them).
@@ -438,17 +361,17 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             retriever = build_retriever(cfg)
         except (ValueError, OSError) as exc:
             raise RunError(str(exc)) from None
-    root = corpus_root(cfg)
-    golden_dir = expand_path(cfg.eval.golden_dir, base=project_root())
+    root, golden_dir, dataset_tags = run_inputs(cfg)
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
                         allow_mismatch=bool(cfg.eval.allow_corpus_mismatch))
-    embedder = get_embedder(cfg)
-    index = get_index(cfg, root, embedder)
+    stages = STAGES if stages is None else stages
+    embedder = stages.embedder(cfg)
+    index = stages.index(cfg, root, embedder)
     try:
         golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols)
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
-    reranker = get_reranker(cfg, embedder)
+    reranker = stages.reranker(cfg, embedder)
     options, gate, abstention_tags = abstention_setup(
         cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
@@ -523,6 +446,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             "corpus_fingerprint": index.corpus_fingerprint,
             "golden_fingerprint": golden.fingerprint,
             "golden_dir": str(golden_dir),
+            **dataset_tags,
             "model_id": embedder.model_id,
             "retriever": str(cfg.retriever.kind),
             **getattr(retriever, "tags", {}),

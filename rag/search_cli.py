@@ -133,7 +133,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
 
     from rag.config import expand_path, validate
     from rag.index import versioned
-    from rag.run import RunError, corpus_root, get_embedder, get_index
+    from rag.run import RunError, corpus_root
+    from rag.stages import STAGES
 
     for name in ("sentence_transformers", "bm25s", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -146,7 +147,7 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         identity = corpus_identity(cfg)
         source = identity.get("corpus_root") or identity["corpus_sdist"]
         root_dir = versioned.index_dir(expand_path(cfg.paths.cache_dir), name, source)
-        embedder = get_embedder(cfg)
+        embedder = STAGES.embedder(cfg)
         backend = str(getattr(cfg.bm25.backend, "value", cfg.bm25.backend))
         if not publish:
             try:
@@ -167,7 +168,7 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                     raise RunError(str(exc)) from exc
                 return cfg, None, {"refused": str(exc)}
         root = corpus_root(cfg)
-        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
+        index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
         versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
                           normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
                           corpus_sdist=identity.get("corpus_sdist"))

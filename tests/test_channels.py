@@ -14,10 +14,10 @@ def test_grep_terms_and_scores_by_hand():
     assert grep_terms("How does url_for build URLs? url_for!") == ["url_for", "build", "urls"]
     assert grep_terms("is it a db") == []  # stopwords and 1-2 letter words only
     ch = GrepChannel(["def url_for(): build(url_for)", "URLS and urls", "nothing here"])
-    s = ch.scores("url_for urls")
+    s = ch.score("url_for urls")
     # chunk 0: url_for x2, "urls" x0 -> ln 3; chunk 1: urls x2 (case-insensitive) -> ln 3
     assert s == pytest.approx([math.log(3), math.log(3), 0.0])
-    assert ch.scores("zzz_missing").tolist() == [0.0, 0.0, 0.0]
+    assert ch.score("zzz_missing").tolist() == [0.0, 0.0, 0.0]
     assert CHANNEL_NAMES == ("bm25", "dense", "grep")
 
 
@@ -29,7 +29,7 @@ def test_pipeline_routes_to_and_fuses_any_channel(fixture_repo):
     idx = build_index(fixture_repo, embedder=None, cache_dir=None, progress=False)
     q = "handleAuthCallback refund"
     grep = SearchPipeline(idx, SearchOptions(mode="grep")).search(q, depth=5)
-    expected = idx.channel("grep").scores(q)
+    expected = idx.channel("grep").score(q)
     order = sorted(np.flatnonzero(expected > 0), key=lambda i: (-expected[i], i))
     assert [h.chunk_id for h in grep.ranked] == [idx.chunks[i].id for i in order][:len(grep.ranked)]
     assert all(h.scores["grep"] == pytest.approx(expected[idx.chunks.index(
@@ -67,7 +67,70 @@ def test_ripgrep_and_python_backends_agree(fixture_repo):
     assert (rg.backend, py.backend) == ("ripgrep", "python")
     for q in ("handleAuthCallback refund", "how do customers use a voucher to pay less",
               "Shop shop SHOP deploy", "who won the football world cup", "item items"):
-        assert rg.scores(q) == pytest.approx(py.scores(q)), q
+        assert rg.score(q) == pytest.approx(py.score(q)), q
     # counts by hand: "items" occurs twice in Cart.add_item (self.items[...], self.items.get)
     add_item = next(i for i, c in enumerate(idx.chunks) if c.symbol == "Cart.add_item")
     assert rg.counts("items")[add_item] == py.counts("items")[add_item] == 2
+
+
+class LengthChannel:
+    """A toy channel defined only here: scores a chunk by how many of its lines contain the
+    query's first word (0 = no match)."""
+
+    name = "lines"
+    no_match = 0.0
+
+    @classmethod
+    def from_texts(cls, texts):
+        return cls(texts)
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def score(self, query, *, timings=None):
+        word = query.split()[0].lower()
+        return np.array([sum(word in ln.lower() for ln in t.splitlines()) for t in self.texts],
+                        dtype=np.float64)
+
+
+def test_a_new_channel_is_one_class_in_the_registry(fixture_repo, monkeypatch):
+    """A channel registered by name is routed to, fused and scored with no other change: the
+    pipeline and the evaluator name no channel."""
+    from rag.eval.evaluate import evaluate
+    from rag.eval.golden import GoldenQuery, GoldenSet, Label
+    from rag.index.build import build_index, indexed_texts
+    from rag.search import channels
+    from rag.search.fusion import rrf
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    monkeypatch.setitem(channels.CHANNELS, "lines", LengthChannel)
+    idx = build_index(fixture_repo, embedder=None, cache_dir=None, progress=False)
+    texts, _ = indexed_texts(idx.chunks)
+    q = "refund money back"
+    expect = LengthChannel(texts).score(q)
+    order = sorted(np.flatnonzero(expect > 0), key=lambda i: (-expect[i], i))
+    alone = SearchPipeline(idx, SearchOptions(mode="lines", top_k=3)).search(q, depth=5)
+    assert [h.chunk_id for h in alone.ranked] == [idx.chunks[i].id for i in order][:len(alone.ranked)]
+    assert alone.ranked[0].scores["lines"] == expect[order[0]] and alone.ranked[0].scores["bm25"] is None
+    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "lines"))).search(q)
+    want = rrf({"bm25": [i for i, _ in idx.bm25.search(q, 40)], "lines": order[:40]}, k=60)
+    assert [h.chunk_id for h in fused.ranked] == [idx.chunks[i].id for i, _ in want[:8]]
+    assert fused.ranked[0].scores["rrf"] == pytest.approx(want[0][1])
+    assert "lines" in fused.timings_ms
+    # the evaluator scores it without knowing it: refund_order's file is the one hit
+    first = idx.chunks[order[0]].path
+    golden = GoldenSet(positives=[GoldenQuery(id="q1", query=q, tags=(),
+                                              relevant=(Label(path=first),))],
+                       negatives=[], fingerprint="", directory=fixture_repo)
+    res = evaluate(SearchPipeline(idx, SearchOptions(mode="lines")), golden, recall_ks=[1],
+                   ndcg_k=1, depth=5, progress=False)
+    assert res.metrics["mrr"] == 1.0
+
+
+def test_a_channel_the_index_was_built_without_is_named():
+    from rag.index.build import Index
+
+    idx = Index(chunks=[], bm25=None, dense=None, corpus_fingerprint="")
+    with pytest.raises(ValueError, match="channel 'dense' is built with the index"):
+        idx.channel("dense")
+    assert not idx.has_channel("dense") and idx.has_channel("grep")

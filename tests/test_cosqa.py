@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from rag.stages import StageCache
 import yaml
 
 from conftest import PROJECT, run_overrides
@@ -80,13 +82,12 @@ def _run_sample(tmp_path, compose, embedder, monkeypatch, *extra: str):
 
     out = tmp_path / "out"
     convert(_write_sample(tmp_path / "cosqa"), out)
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     cfg = compose(run_overrides(tmp_path, out / "corpus", out / "golden",
                                 "corpus.name=cosqa-dev-500", "index.header=none",
                                 "search.mode=bm25", "eval.depth=6", "eval.recall_ks=[1,2,5]",
                                 "eval.ndcg_k=5", "tracking.enabled=false", *extra))
-    return run_mod, cfg, run_mod.run_job(cfg), out
+    return run_mod, cfg, run_mod.run_job(cfg, stages=stages), out
 
 
 def test_converted_sample_evaluates_in_process(tmp_path, compose, embedder, monkeypatch):
@@ -103,7 +104,7 @@ def test_converted_sample_evaluates_in_process(tmp_path, compose, embedder, monk
     assert metrics["recall_at_1"] == pytest.approx(2 / 4)
 
     # the same run scored with eval.ties=pessimistic: the tie costs f0004 rank 2
-    index = run_mod.get_index(cfg, out / "corpus", embedder)
+    index = StageCache(embedder=embedder).index(cfg, out / "corpus", embedder)
     from rag.eval.golden import load_golden
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
@@ -170,5 +171,5 @@ def test_bm25_channel_tokenizes_queries_like_the_corpus():
     ident = build_bm25(texts, tokenizer="identifiers")
     assert code.tokenizer == "code" and ident.tokenizer == "identifiers"
     # "x" is one letter: dropped by the code tokenizer, a term for identifiers
-    assert not code.score_all("x").any()
+    assert not code.score("x").any()
     assert ident.search("x", 3)[0][0] == 0

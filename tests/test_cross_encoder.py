@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides, write_tree
 from rag.search import rerank_training as rt
 from rag.search.rerank import sigmoid
@@ -249,13 +251,11 @@ def test_runner_with_trained_cross_encoder_logs_gates_and_pool_recall(
     import rag.run as run_mod
 
     out, _, _ = tiny_model
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
-    monkeypatch.setattr(run_mod, "_RERANKERS", {})
+    stages = StageCache(embedder=embedder)
     cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden, "rerank=cross_encoder",
                                 f"rerank.model={out}", "rerank.max_length=64",
                                 "rerank.candidates=8", "rerank.gate_thresholds=[0.3,0.7]"))
-    metrics = run_mod.run_job(cfg)
+    metrics = run_mod.run_job(cfg, stages=stages)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.search_runs([client.get_experiment_by_name("rag-shop").experiment_id])[0]
     assert run.data.params["rerank.kind"] == "cross_encoder"

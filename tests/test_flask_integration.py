@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import PROJECT
 
 pytestmark = pytest.mark.integration
@@ -74,8 +76,8 @@ def test_bm25s_and_rank_bm25_agree_on_golden_top10(flask_bm25_indexes, flask_gol
 def test_flask_main_job_metrics_in_range(flask_root, compose, embedder, monkeypatch):
     import rag.run as run_mod
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    metrics = run_mod.run_job(compose(["tracking.enabled=false"]))
+    stages = StageCache(embedder=embedder)
+    metrics = run_mod.run_job(compose(["tracking.enabled=false"]), stages=stages)
     assert metrics["n_positives"] >= 60 and metrics["n_negatives"] >= 15
     for k, v in metrics.items():
         if k.startswith(("recall", "hit", "mrr", "ndcg", "abstain", "false_weak")) or "/recall" in k:

@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides
 from rag.eval.expected import ExpectedError, check_expected, load_expected
 
@@ -15,10 +17,9 @@ from rag.eval.expected import ExpectedError, check_expected, load_expected
 def row(tmp_path, fixture_repo, fixture_golden, compose, embedder, monkeypatch):
     import rag.run as run_mod
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     metrics = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                    "search.mode=dense")))
+                                                    "search.mode=dense")), stages=stages)
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

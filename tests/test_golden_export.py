@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import FIXTURE_FILES, FIXTURE_NEGATIVES, run_overrides, write_tree
 from rag.cli import main
 
@@ -233,10 +235,9 @@ def test_row_qrels_and_run_rescored_by_trec_eval(tmp_path, fixture_repo, compose
 
     golden = write_tree(tmp_path / "golden", {"queries.yaml": ROW_QUERIES,
                                               "negatives.yaml": FIXTURE_NEGATIVES})
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     metrics = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, golden,
-                                                    f"search.mode={mode}")))
+                                                    f"search.mode={mode}")), stages=stages)
     # the case is not trivial: some relevant documents rank low or are missed
     assert metrics["ndcg_at_10"] < 1 and metrics["recall_at_1"] < 1
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -135,16 +135,19 @@ def test_run_fails_before_any_work_when_the_store_cannot_be_opened(tmp_path, fix
                                                                    monkeypatch):
     import rag.run as run_mod
 
-    def never(*_a, **_k):
-        raise AssertionError("the run got past opening the ledger")
+    from rag.stages import StageCache
 
-    monkeypatch.setattr(run_mod, "get_embedder", never)
-    monkeypatch.setattr(run_mod, "get_index", never)
+    class Never(StageCache):
+        def embedder(self, cfg):
+            raise AssertionError("the run got past opening the ledger")
+
+        index = reranker = embedder
+
     store = tmp_path / "mlflow.db"
     store.write_text("not a database\n")
     cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden))
     with pytest.raises(run_mod.RunError) as err:
-        run_mod.run_job(cfg)
+        run_mod.run_job(cfg, stages=Never())
     assert str(err.value) == (f"cannot open the ledger at sqlite:///{store}: "
                               f"{store} is not an SQLite database")
     assert store.read_text() == "not a database\n"
@@ -152,7 +155,7 @@ def test_run_fails_before_any_work_when_the_store_cannot_be_opened(tmp_path, fix
     # tracking disabled: the store is never opened
     off = compose(run_overrides(tmp_path, fixture_repo, fixture_golden, "tracking.enabled=false"))
     with pytest.raises(AssertionError, match="got past opening the ledger"):
-        run_mod.run_job(off)
+        run_mod.run_job(off, stages=Never())
 
 
 def test_rag_run_on_a_store_that_is_not_a_database_prints_one_error_line(tmp_path, fixture_repo,
@@ -194,3 +197,36 @@ def test_the_init_lock_excludes_other_holders_and_times_out_in_one_line(tmp_path
                                   f"{db}-init.lock for 0 s")
     with _init_lock(db, uri, timeout_s=0.2):  # released on exit
         pass
+
+
+def test_rows_read_every_page_of_search_runs():
+    """More than one page of runs (MLflow returns at most 1,000 per call): every page is read,
+    sweep parents are left out, the extra filter is ANDed on."""
+    from types import SimpleNamespace
+
+    from rag.ledger.mlflow_store import Ledger
+
+    class Page(list):
+        def __init__(self, runs, token):
+            super().__init__(runs)
+            self.token = token
+
+    def run(i, parent=False):
+        return SimpleNamespace(info=SimpleNamespace(run_id=f"r{i}"),
+                               data=SimpleNamespace(tags={"rag.sweep_parent": "1"} if parent else {}))
+
+    calls = []
+
+    class Client:
+        def search_runs(self, ids, filter_string, order_by, max_results, page_token):
+            calls.append((filter_string, page_token))
+            start = int(page_token or 0)
+            runs = [run(i, parent=(i == 1500)) for i in range(start, min(start + max_results, 2500))]
+            return Page(runs, str(start + max_results) if start + max_results < 2500 else None)
+
+    ledger = object.__new__(Ledger)
+    ledger.client = Client()
+    rows = ledger.rows(["0"], where="tags.sweep_id = 'abc'")
+    assert len(rows) == 2499 and rows[0].info.run_id == "r0" and rows[-1].info.run_id == "r2499"
+    assert calls == [("attributes.status = 'FINISHED' and tags.sweep_id = 'abc'", t)
+                     for t in (None, "1000", "2000")]

@@ -39,12 +39,12 @@ def test_hybrid_fuses_only_the_candidate_pools(index):
     assert len(res.ranked) <= 4
     dense = index.dense.top(index.dense.scores(index.dense.embed_query(query)), 2)
     from rag.index.bm25 import top_positive
-    bm25 = top_positive(index.bm25.score_all(query), 2)
+    bm25 = top_positive(index.bm25.score(query), 2)
     expected = rrf({"dense": [i for i, _ in dense], "bm25": [i for i, _ in bm25]}, k=60)
     assert [h.chunk_id for h in res.ranked] == [index.chunks[i].id for i, _ in expected]
     assert [h.score for h in res.ranked] == pytest.approx([s for _, s in expected])
     # every hit reports a positive BM25 score whenever BM25 matched it, pool or not
-    full = index.bm25.score_all(query)
+    full = index.bm25.score(query)
     by_id = {c.id: n for n, c in enumerate(index.chunks)}
     for h in wide.ranked:
         s = full[by_id[h.chunk_id]]
@@ -156,7 +156,7 @@ def test_index_header_is_an_ablation_axis(fixture_repo, embedder, tmp_path):
     # a header mode never reuses another mode's embeddings: the bare index embedded anew
     assert bare.stats["chunks_embedded"] == len(bare.chunks) and bare.stats["header"] == "none"
     # the path is searchable only when it is indexed
-    assert full.bm25.score_all("payments").max() > 0
-    assert bare.bm25.score_all("payments").max() == 0
+    assert full.bm25.score("payments").max() > 0
+    assert bare.bm25.score("payments").max() == 0
     with pytest.raises(ValueError, match="index.header must be one of"):
         indexed_texts([chunk], "bogus")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides
 from rag.retriever import Query, RunFileRetriever, load_factory, parse_run_file
 
@@ -78,17 +80,16 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
 
     import rag.run as run_mod
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     first = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                  "search.mode=hybrid")))
+                                                  "search.mode=hybrid")), stages=stages)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("rag-shop")
     row = client.search_runs([exp.experiment_id])[0]
     trec = client.download_artifacts(row.info.run_id, "run.trec", str(tmp_path))
     again = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
                                                   "retriever.kind=run_file",
-                                                  f"retriever.path={trec}")))
+                                                  f"retriever.path={trec}")), stages=stages)
     assert {k: again[k] for k in RANKING} == {k: first[k] for k in RANKING}
     assert again["missing_queries"] == 0.0 and again["index/chunks_embedded"] == 0
     # a run file without one positive: that query scores 0 and is counted, not hidden
@@ -98,7 +99,7 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
     partial = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
                                                     "retriever.kind=run_file",
                                                     f"retriever.path={short}",
-                                                    "tracking.enabled=false")))
+                                                    "tracking.enabled=false")), stages=stages)
     assert partial["missing_queries"] == 1.0 and partial["failed_queries"] == 0.0
     import pandas as pd
 
@@ -110,12 +111,12 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
     # a user's object through retriever=python: same evaluator, its own numbers
     echo = run_mod.run_job(compose(run_overrides(
         tmp_path, fixture_repo, fixture_golden, "retriever.kind=python",
-        "retriever.factory=test_retriever:make_echo", "tracking.enabled=false")))
+        "retriever.factory=test_retriever:make_echo", "tracking.enabled=false")), stages=stages)
     # only sym-auth-callback's file is ranked, as a path (its label names a symbol): MRR 0
     assert echo["mrr"] == 0.0 and echo["n_positives"] == 3
     with pytest.raises(run_mod.RunError, match="retriever.kind=run_file needs retriever.path"):
         run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                              "retriever.kind=run_file", "tracking.enabled=false")))
+                                              "retriever.kind=run_file", "tracking.enabled=false")), stages=stages)
 
 
 def test_run_file_keeps_ties_and_decodes_docnos(tmp_path):

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides
 from rag.retriever import (RETRIEVAL_FAILED, HttpRetriever, Query, dig, fill_template,
                            public_url)
@@ -149,15 +151,14 @@ def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo
     import rag.run as run_mod
     from rag.serve import process
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
-    local = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)))
+    stages = StageCache(embedder=embedder)
+    local = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)), stages=stages)
     proc, base = process.start([f"corpus.path={fixture_repo}", "corpus.name=shop",
                                 f"paths.cache_dir={tmp_path / 'cache'}"])
     url = f"{base}/search"
     try:
         remote = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                       "retriever=http", f"retriever.url={url}")))
+                                                       "retriever=http", f"retriever.url={url}")), stages=stages)
         assert {k: remote[k] for k in RANKING} == {k: local[k] for k in RANKING}
         assert {k: remote[k] for k in RETURNED} == {k: local[k] for k in RETURNED}
         same = [k for k in local if k.startswith(("abstention/", "calibration/"))]
@@ -187,7 +188,7 @@ def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo
         capsys.readouterr()
         cut = run_mod.run_job(compose(run_overrides(
             tmp_path, fixture_repo, fixture_golden, "retriever=http", f"retriever.url={url}",
-            "retriever.backoff_s=0.01")))
+            "retriever.backoff_s=0.01")), stages=stages)
     finally:
         if proc.poll() is None:
             process.stop(proc)
@@ -207,5 +208,5 @@ def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo
     with pytest.raises(run_mod.RunError, match=r"retriever.url=http://127.0.0.1:\d+/search: "
                                                r"cannot connect .*is the service running\?"):
         run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                              "retriever=http", f"retriever.url={url}")))
+                                              "retriever=http", f"retriever.url={url}")), stages=stages)
     assert len(client.search_runs([exp.experiment_id])) == rows

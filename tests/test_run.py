@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from rag.stages import StageCache
 import yaml
 
 from conftest import PROJECT, run_overrides, write_tree
@@ -39,10 +41,9 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     from rag.eval.golden import load_golden
 
     # share the session's model so the test does not load it twice
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden))
-    metrics = run_mod.run_job(cfg)
+    metrics = run_mod.run_job(cfg, stages=stages)
 
     # gitignored build/ and *.log are not indexed; the rest are
     assert metrics["index/files_indexed"] == 7
@@ -87,15 +88,15 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert run.info.run_id[:8] in report and "GENERATED FILE" in report
 
     # second run: everything comes from the embedding cache
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages.clear()
     again = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                  "search.mode=dense")))
+                                                  "search.mode=dense")), stages=stages)
     assert again["index/chunks_embedded"] == 0
     assert again["index/chunks_from_cache"] == metrics["index/chunks"]
     # a BM25-only run needs no dense channel: it embeds nothing, not even from the cache
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages.clear()
     lexical = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                                    "search.mode=bm25")))
+                                                    "search.mode=bm25")), stages=stages)
     assert lexical["index/chunks_embedded"] == 0 and lexical["index/chunks_from_cache"] == 0
     assert lexical["mrr"] > 0 and "abstention/top_dense/auc" not in lexical
     assert len(client.search_runs([exp.experiment_id])) == 3
@@ -238,14 +239,13 @@ def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_
     half differs (one positive's top cosine is below the raised floor)."""
     import rag.run as run_mod
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
+    stages = StageCache(embedder=embedder)
     base = run_overrides(tmp_path, fixture_repo, fixture_golden, "search.mode=dense",
                          "tracking.enabled=false")
-    low = run_mod.run_job(compose(base + ["abstain.min_dense=0", "abstain.weak_dense=0"]))
+    low = run_mod.run_job(compose(base + ["abstain.min_dense=0", "abstain.weak_dense=0"]), stages=stages)
     pos_min = low["calibration/positive_min_top_dense"]
     high = run_mod.run_job(compose(base + [f"abstain.min_dense={pos_min + 1e-4:.6f}",
-                                           "abstain.weak_dense=0.99"]))
+                                           "abstain.weak_dense=0.99"]), stages=stages)
     ranking = [k for k in low if k.startswith(("recall_at_", "hit_at_", "ndcg_at_", "mrr",
                                                "prose/", "symbol/", "docs/"))]
     assert "mrr" in ranking and "recall_at_8" in ranking and "ndcg_at_10" in ranking

@@ -11,6 +11,8 @@ import urllib.request
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides
 
 
@@ -18,12 +20,10 @@ from conftest import run_overrides
 def client(fixture_repo, fixture_golden, tmp_path, compose, embedder, monkeypatch):
     from fastapi.testclient import TestClient
 
-    import rag.run as run_mod
     from rag.serve.app import create_app
 
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
     cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden))
-    index = run_mod.get_index(cfg, fixture_repo, embedder, progress=False)
+    index = StageCache().index(cfg, fixture_repo, embedder, progress=False)
     return TestClient(create_app(cfg, index))
 
 
@@ -130,16 +130,14 @@ def test_cross_encoder_without_a_model_is_a_422_naming_the_training_command(
         fixture_repo, fixture_golden, tmp_path, compose, embedder, monkeypatch):
     from fastapi.testclient import TestClient
 
-    import rag.run as run_mod
     from rag.serve.app import create_app, env_overrides
 
     assert env_overrides({"RAG_RERANK_KIND": "cross_encoder", "RAG_RERANK_MODEL": "/m",
                           "RAG_RERANK_CANDIDATES": "20"}) == [
         "rerank.kind=cross_encoder", "rerank.model=/m", "rerank.candidates=20"]
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
     cfg = compose(run_overrides(tmp_path, fixture_repo, fixture_golden, "rerank=cross_encoder",
                                 "rerank.enabled=false"))
-    index = run_mod.get_index(cfg, fixture_repo, embedder, progress=False)
+    index = StageCache().index(cfg, fixture_repo, embedder, progress=False)
     client = TestClient(create_app(cfg, index))
     assert client.post("/search", json={"query": "refund money"}).status_code == 200
     r = client.post("/search", json={"query": "refund money", "rerank": True})

@@ -13,6 +13,8 @@ import socket
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import FIXTURE_FILES, PROJECT, write_tree
 
 SENTINEL = "zqxjvortexsentinel"
@@ -29,7 +31,6 @@ def served(tmp_path_factory, embedder):
     """(cfg, index) for the fixture shop repository, built once for this module."""
     from hydra import compose, initialize_config_dir
 
-    import rag.run as run_mod
     from rag.config import register_configs
 
     tmp = tmp_path_factory.mktemp("serve_bad_input")
@@ -38,9 +39,7 @@ def served(tmp_path_factory, embedder):
     with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["corpus.name=shop", f"corpus.path={repo}",
                                            f"paths.cache_dir={tmp / 'cache'}"])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_mod, "_INDEXES", {})
-        index = run_mod.get_index(cfg, repo, embedder, progress=False)
+    index = StageCache().index(cfg, repo, embedder, progress=False)
     return cfg, index
 
 

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from rag.stages import StageCache
+
 from conftest import run_overrides
 from rag.eval.transfer import (Calibration, TransferError, check_model, dense_bands, gate_from,
                                load_calibration, source_tag)
@@ -64,9 +66,8 @@ def test_run_tags_in_sample_and_transferred(tmp_path, fixture_repo, fixture_gold
 
     import rag.run as run_mod
 
-    monkeypatch.setattr(run_mod, "get_embedder", lambda cfg: embedder)
-    monkeypatch.setattr(run_mod, "_INDEXES", {})
-    run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)))
+    stages = StageCache(embedder=embedder)
+    run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)), stages=stages)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("rag-shop")
     first = client.search_runs([exp.experiment_id])[0]
@@ -76,7 +77,7 @@ def test_run_tags_in_sample_and_transferred(tmp_path, fixture_repo, fixture_gold
     assert cal["provenance"]["model_id"] == embedder.model_id
     # the same golden set: in_sample, with the suggested bands applied
     run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                          f"abstain.calibration={first.info.run_id[:8]}")))
+                                          f"abstain.calibration={first.info.run_id[:8]}")), stages=stages)
     again = [r for r in client.search_runs([exp.experiment_id])
              if r.info.run_id != first.info.run_id][0]
     assert again.data.tags["abstain_thresholds_source"] == "in_sample"
@@ -87,12 +88,12 @@ def test_run_tags_in_sample_and_transferred(tmp_path, fixture_repo, fixture_gold
     other.write_text(json.dumps({**cal, "provenance": {**cal["provenance"], "golden_fingerprint": "x"}}))
     metrics = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
                                                     f"abstain.calibration={other}",
-                                                    "tracking.enabled=false")))
+                                                    "tracking.enabled=false")), stages=stages)
     assert metrics["n_positives"] == 3
     with pytest.raises(run_mod.RunError, match="fitted with embedder 'other'"):
         other.write_text(json.dumps({**cal, "provenance": {**cal["provenance"], "model_id": "other|1"}}))
         run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
-                                              f"abstain.calibration={other}", "tracking.enabled=false")))
+                                              f"abstain.calibration={other}", "tracking.enabled=false")), stages=stages)
 
 
 def test_rag_search_applies_the_calibration_it_is_given(tmp_path, fixture_repo, monkeypatch, capsys):

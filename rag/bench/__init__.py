@@ -113,15 +113,16 @@ def load_context(overrides: list[str]) -> Context:
     """
     from rag.config import expand_path, project_root, validate
     from rag.eval.golden import GoldenError, load_golden
-    from rag.run import corpus_root, get_embedder, get_index
+    from rag.run import corpus_root
+    from rag.stages import STAGES
     from rag.search_cli import cli_error, compose_config
 
     try:
         cfg = compose_config(overrides)
         validate(cfg)
-        embedder = get_embedder(cfg)
+        embedder = STAGES.embedder(cfg)
         root = corpus_root(cfg)
-        index = get_index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
+        index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
     queries, golden = GENERIC_QUERIES, False

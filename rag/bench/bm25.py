@@ -132,7 +132,7 @@ def bench_corpus(tokens: list[list[str]], queries: Sequence[str], *, label: str,
             differing.append(q)
         top = ref_scores.max() if ref_scores.size else 0.0
         if top > 0:
-            diff = np.abs(ours.score_all(q).astype(np.float64) - ref_scores).max()
+            diff = np.abs(ours.score(q).astype(np.float64) - ref_scores).max()
             max_rel_diff = max(max_rel_diff, float(diff / top))
     build_ours = summary(t_ours, unit="s")
     build_peer = summary(t_peer, unit="s")

@@ -49,9 +49,9 @@ def available_rerankers(overrides: Sequence[str], embedder) -> dict:
         try:
             cfg = compose_config([*overrides, f"rerank={kind}"])
             if kind == "late_interaction":
-                from rag.run import get_reranker
+                from rag.stages import STAGES
 
-                out[kind] = (cfg, get_reranker(cfg, embedder))
+                out[kind] = (cfg, STAGES.reranker(cfg, embedder))
             else:
                 import inspect
 

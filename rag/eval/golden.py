@@ -14,11 +14,13 @@ from typing import Any, Iterable
 
 import yaml
 
+from rag.corpus.walk import CATEGORIES
+
 QUERIES_FILE = "queries.yaml"
 NEGATIVES_FILE = "negatives.yaml"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-TYPE_NAMES = ("source", "test", "documentation", "example", "config", "other", "issue",
-              "pull_request", "cli_help")
+# a label's ``types`` name the walker's categories (one vocabulary: rag/corpus/walk.py)
+TYPE_NAMES = CATEGORIES
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 

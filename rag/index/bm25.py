@@ -133,7 +133,11 @@ def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
 
 
 class BM25Channel:
-    """Ranks chunks for a query by BM25; chunks with score 0 are not lexical hits."""
+    """Ranks chunks for a query by BM25; chunks with score 0 are not lexical hits (a
+    :class:`rag.search.channels.Channel` named ``bm25``)."""
+
+    name = "bm25"
+    no_match = 0.0
 
     def __init__(self, scorer: BM25Scorer, *, backend: str, n_chunks: int,
                  tokenizer: str = "code") -> None:
@@ -143,7 +147,7 @@ class BM25Channel:
         self.tokenizer = tokenizer
         self._tokenize = get_tokenizer(tokenizer)
 
-    def score_all(self, query: str) -> np.ndarray:
+    def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
         """BM25 score of every chunk for ``query``, shape (n_chunks,)."""
         return self.scorer.scores(self._tokenize(query))
 

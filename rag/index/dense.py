@@ -299,9 +299,23 @@ class DenseChannel:
         self.embedder = embedder
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
 
+    name = "dense"
+    no_match = None  # every finite cosine ranks
+
     def embed_query(self, query: str) -> np.ndarray:
         """One query vector, shape (dim,)."""
         return self.embedder.embed([query])[0]
+
+    def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
+        """Cosine of ``query`` with every chunk, shape (n_chunks,) (the Channel protocol);
+        the query embedding's seconds are added to ``timings["embed_query"]``."""
+        import time
+
+        t0 = time.perf_counter()
+        qvec = self.embed_query(query)
+        if timings is not None:
+            timings["embed_query"] = timings.get("embed_query", 0.0) + time.perf_counter() - t0
+        return self.scores(qvec)
 
     def scores(self, qvec: np.ndarray) -> np.ndarray:
         """Cosine of the query with every chunk, shape (n_chunks,)."""

@@ -364,24 +364,22 @@ class Ledger:
         return [e for e in self.client.search_experiments()
                 if e.name.startswith(prefix + "-")]
 
-    def rows(self, experiment_ids: Iterable[str]) -> list[Any]:
-        """Finished ledger rows of the experiments, oldest first (all pages); sweep parent
-        runs are not rows."""
+    def rows(self, experiment_ids: Iterable[str], *, where: str | None = None) -> list[Any]:
+        """Finished ledger rows of the experiments, oldest first (every page, however many);
+        sweep parent runs are not rows.
+
+        Args:
+            where: an extra MLflow search filter ANDed on (e.g. ``tags.sweep_id = 'abc'``).
+        """
         ids = list(experiment_ids)
         if not ids:
             return []
-        out, token = [], None
-        while True:
-            page = self.client.search_runs(ids, filter_string="attributes.status = 'FINISHED'",
-                                           order_by=["attributes.start_time ASC"],
-                                           max_results=1000, page_token=token)
-            out.extend(r for r in page if r.data.tags.get("rag.sweep_parent") != "1")
-            token = page.token
-            if not token:
-                break
-        return out
+        f = "attributes.status = 'FINISHED'" + (f" and {where}" if where else "")
+        return [r for r in self.search_all(ids, f) if r.data.tags.get("rag.sweep_parent") != "1"]
 
-    def _search_all(self, ids: list[str], filter_string: str) -> list[Any]:
+    def search_all(self, ids: list[str], filter_string: str) -> list[Any]:
+        """Every run of the experiments matching ``filter_string``, oldest first, reading all
+        pages of MLflow's ``search_runs`` (1,000 runs per page)."""
         out, token = [], None
         while True:
             page = self.client.search_runs(ids, filter_string=filter_string,
@@ -400,7 +398,7 @@ class Ledger:
         ids = list(experiment_ids)
         if not ids:
             return []
-        return [r for r in self._search_all(ids, "attributes.status != 'FINISHED'")
+        return [r for r in self.search_all(ids, "attributes.status != 'FINISHED'")
                 if r.data.tags.get("rag.sweep_parent") != "1"]
 
     def mark_killed(self, experiment_ids: Iterable[str], *, older_than_h: float,
@@ -421,7 +419,7 @@ class Ledger:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         cutoff = now_ms - older_than_h * 3_600_000
         marked = []
-        for r in self._search_all(ids, "attributes.status = 'RUNNING'"):
+        for r in self.search_all(ids, "attributes.status = 'RUNNING'"):
             if (r.info.start_time or 0) < cutoff:
                 with_lock_retry(self.client.set_terminated, r.info.run_id, status="KILLED")
                 marked.append(r.info.run_id)
@@ -432,8 +430,7 @@ class Ledger:
         ids = list(experiment_ids)
         if not ids:
             return {}
-        runs = self.client.search_runs(ids, filter_string="tags.`rag.sweep_parent` = '1'",
-                                       max_results=1000)
+        runs = self.search_all(ids, "tags.`rag.sweep_parent` = '1'")
         return {r.data.tags.get("sweep_id", ""): r.info.status for r in runs}
 
     def resolve_run_id(self, ref: str) -> str:

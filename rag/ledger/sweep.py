@@ -125,10 +125,7 @@ def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[s
     """
     from mlflow.entities import Metric, RunTag
 
-    runs = ledger.client.search_runs(
-        [experiment_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'",
-        max_results=1000)
-    runs = [r for r in runs if r.data.tags.get("rag.sweep_parent") != "1"]
+    runs = ledger.rows([experiment_id], where=f"tags.sweep_id = '{sweep_id}'")
     baselines = {r.data.tags.get("sweep_job"): r for r in runs if r.data.tags.get("is_baseline") == "true"}
     frames: dict[str, pd.DataFrame] = {}
 
@@ -263,9 +260,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         ledger = Ledger(uri, output_path(config, t.artifact_root))
         exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
         sig = sweep_significance(ledger, exp_id, sweep_id)
-        n_rows = sum(r.data.tags.get("rag.sweep_parent") != "1" for r in ledger.client.search_runs(
-            [exp_id], filter_string=f"tags.sweep_id = '{sweep_id}' and attributes.status = 'FINISHED'",
-            max_results=1000))
+        n_rows = len(ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'"))
         summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
                    "rows": n_rows, **sig}
         for j in sig["jobs"]:

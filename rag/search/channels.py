@@ -1,11 +1,17 @@
-"""First-stage channels beyond the index's own two, registered by name (:data:`CHANNELS`).
+"""First-stage channels, registered by name (:data:`CHANNELS`).
 
-A channel scores every chunk for a query (shape (n_chunks,), higher is better; 0 means "no
-match" and never makes a candidate) and is built once per index from the chunks' indexed
-texts. The pipeline ranks a single-channel route (``search.mode=<name>``) by it and fuses any
-subset of channels with RRF (``search.fuse``). ``bm25`` and ``dense`` live in the index
-(rag/index/); they are listed in :data:`CHANNEL_NAMES` so config validation, the CLI and the
-request schema read one vocabulary.
+A channel (:class:`Channel`) scores every chunk for a query: shape (n_chunks,), higher is
+better; a score at or below the channel's ``no_match`` (or not finite) means "no match" and
+never makes a candidate. The pipeline ranks a single-channel route (``search.mode=<name>``)
+by one channel and fuses any subset with RRF (``search.fuse``), without knowing which
+channels exist. :data:`CHANNEL_NAMES` is the one vocabulary config validation, the search
+modes (rag/config.py ``SearchMode``), the CLI and the request schema read.
+
+Adding a channel is one class here (``name``, ``no_match``, ``score(query)`` and a
+``from_texts(texts)`` classmethod so an index can build it on demand) and one YAML under
+conf/channels/. ``bm25`` (rag/index/bm25.py) and ``dense`` (rag/index/dense.py) have no
+``from_texts``: they need settings or a model, are built with the index and persist in its
+versioned build.
 
 * ``grep`` — :class:`GrepChannel`: literal, case-insensitive matches of the query's
   identifier and keyword tokens, as a coding agent's ``grep -i`` would find them. Score of a
@@ -20,9 +26,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
+
+from rag.index.bm25 import BM25Channel
+from rag.index.dense import DenseChannel
 
 # terms a grep for a question would not be run on
 GREP_STOPWORDS = frozenset(
@@ -33,12 +42,37 @@ _TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Channel(Protocol):
-    """One first-stage retriever over the chunks of an index."""
+    """One first-stage retriever over the chunks of an index.
+
+    Attributes:
+        name: the registry name (:data:`CHANNELS`), the key of its score in ``Hit.scores``
+            and of its wall time in ``SearchResult.timings_ms``.
+        no_match: scores at or below this are "no match" (BM25 and grep: 0); None when
+            every finite score ranks (dense cosines).
+    """
 
     name: str
+    no_match: float | None
 
-    def scores(self, query: str) -> np.ndarray:
-        """Score of every chunk, shape (n_chunks,); 0 = no match."""
+    def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
+        """Score of every chunk, shape (n_chunks,). A channel with inner stages (dense:
+        ``embed_query``) adds their seconds to ``timings``; its own time excludes them."""
+
+
+def top_matches(scores: np.ndarray, depth: int, no_match: float | None) -> list[tuple[int, float]]:
+    """The ``depth`` best (chunk index, score) pairs, ordered by (-score, index), leaving out
+    non-finite scores (chunks a type filter removed are set to -inf) and, when ``no_match``
+    is set, scores at or below it."""
+    if no_match is None:
+        return DenseChannel.top(scores, depth)
+    keep = np.flatnonzero(np.isfinite(scores) & (scores > no_match))
+    order = np.lexsort((keep, -scores[keep].astype(np.float64)))
+    return [(int(i), float(scores[i])) for i in keep[order[:depth]]]
+
+
+def is_match(score: float, no_match: float | None) -> bool:
+    """Whether one channel score counts as a match (finite and above ``no_match``)."""
+    return bool(np.isfinite(score)) and (no_match is None or score > no_match)
 
 
 def grep_terms(query: str) -> list[str]:
@@ -66,6 +100,12 @@ class GrepChannel:
     """
 
     name = "grep"
+    no_match = 0.0
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str]) -> "GrepChannel":
+        """Build over an index's indexed texts (the registry's on-demand constructor)."""
+        return cls(texts)
 
     def __init__(self, texts: Sequence[str], *, backend: str = "auto") -> None:
         import shutil
@@ -104,7 +144,7 @@ class GrepChannel:
             out[int(path.rsplit("/", 1)[-1])] = int(n)
         return out
 
-    def scores(self, query: str) -> np.ndarray:
+    def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
         """``sum_t ln(1 + count_t)`` per chunk, float64, shape (n_chunks,)."""
         out = np.zeros(len(self._lower), dtype=np.float64)
         for t in grep_terms(query):
@@ -113,7 +153,7 @@ class GrepChannel:
         return out
 
 
-# name -> builder(indexed texts) for channels built on demand from an index
-CHANNELS: dict[str, Callable[[Sequence[str]], Channel]] = {"grep": GrepChannel}
-# every channel a route or a fusion may name (the index's own two first)
-CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", *CHANNELS)
+# name -> channel class; a class with ``from_texts`` is built on demand by Index.channel
+CHANNELS: dict[str, type] = {"bm25": BM25Channel, "dense": DenseChannel, "grep": GrepChannel}
+# every channel a route or a fusion may name
+CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)

@@ -1,7 +1,9 @@
 """The retrieval pipeline: route -> channels -> fusion -> rerank -> abstention -> hits.
 
-Every hit carries its per-stage scores (``dense``, ``bm25``, ``rrf``, ``rerank``; None where a
-stage did not score it), so a result can be attributed to a channel.
+The pipeline names no channel: a route is one registered channel (rag/search/channels.py
+``CHANNELS``) or RRF over ``search.fuse``. Every hit carries its per-stage scores (one per
+registered channel, then ``rrf`` and ``rerank``; None where a stage did not score it), so a
+result can be attributed to a channel.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from rag.index.bm25 import top_positive
 from rag.index.build import Index
 from rag.search.abstain import band
+from rag.search.channels import CHANNEL_NAMES, top_matches
 from rag.search.fusion import rrf
 from rag.search.route import route
 
-STAGES = ("route", "embed_query", "dense", "bm25", "fusion", "rerank", "abstain")
+# every stage a search may time, in pipeline order (a channel's own stage is its name)
+STAGES = ("route", "embed_query", *CHANNEL_NAMES, "fusion", "rerank", "abstain")
 
 
 @dataclass(frozen=True)
@@ -151,9 +154,9 @@ class SearchPipeline:
         if allowed is not None:
             dense_scores = bm25_scores = None
         if dense_scores is None and self.index.dense is not None:
-            dense_scores = self.index.dense.scores(self.index.dense.embed_query(query))
+            dense_scores = self.index.dense.score(query)
         if bm25_scores is None and self.index.bm25 is not None:
-            bm25_scores = self.index.bm25.score_all(query)
+            bm25_scores = self.index.bm25.score(query)
         return compute_signals(dense_scores=dense_scores, bm25_scores=bm25_scores,
                                chunk_paths=self.index.chunk_paths, top_rerank=top_rerank)
 
@@ -196,44 +199,26 @@ class SearchPipeline:
                            "dropped silently")
 
         names = list(o.fuse) if eff == "hybrid" else [eff]
-        dense_scores = None
-        dense_rank: list[tuple[int, float]] = []
-        bm25_rank: list[tuple[int, float]] = []
-        extra_scores: dict[str, np.ndarray] = {}  # registered channels (grep, ...)
+        channel_scores: dict[str, np.ndarray] = {}  # every channel that ran: all chunks
+        no_match: dict[str, float | None] = {}
         ranks: dict[str, list[tuple[int, float]]] = {}
         for name in names:
-            if name in ("dense", "bm25"):
-                continue
+            try:
+                channel = self.index.channel(name)
+            except ValueError as exc:
+                raise ValueError(f"route {eff!r}: {exc}") from None
             t0 = time.perf_counter()
-            sc = self.index.channel(name).scores(query)
-            if allowed is not None:
-                sc = np.where(allowed, sc, 0.0)
-            extra_scores[name] = sc
-            ranks[name] = top_positive(sc, pool)
-            t[name] = time.perf_counter() - t0
-        if "dense" in names:
-            if self.index.dense is None:
-                raise ValueError(f"route {eff!r} needs a dense channel but the index has none")
-            t0 = time.perf_counter()
-            qvec = self.index.dense.embed_query(query)
-            t["embed_query"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            dense_scores = self.index.dense.scores(qvec)
+            inner: dict[str, float] = {}
+            sc = channel.score(query, timings=inner)
             if allowed is not None:  # filtered out before ranking: never a candidate
-                dense_scores = np.where(allowed, dense_scores, -np.inf).astype(np.float32)
-            dense_rank = self.index.dense.top(dense_scores, pool)
-            t["dense"] = time.perf_counter() - t0
-        bm25_scores = None
-        if "bm25" in names:
-            t0 = time.perf_counter()
-            bm25_scores = self.index.bm25.score_all(query)
-            if allowed is not None:
-                bm25_scores = np.where(allowed, bm25_scores, 0.0)
-            bm25_rank = top_positive(bm25_scores, pool)
-            t["bm25"] = time.perf_counter() - t0
-
-        ranks.update({"dense": dense_rank} if "dense" in names else {})
-        ranks.update({"bm25": bm25_rank} if "bm25" in names else {})
+                sc = np.where(allowed, sc, -np.inf).astype(sc.dtype)
+            channel_scores[name] = sc
+            no_match[name] = channel.no_match
+            ranks[name] = top_matches(sc, pool, channel.no_match)
+            t.update(inner)
+            t[name] = time.perf_counter() - t0 - sum(inner.values())
+        dense_scores = channel_scores.get("dense")
+        bm25_scores = channel_scores.get("bm25")
         rrf_scores: dict[int, float] | None = None
         if eff == "hybrid":
             t0 = time.perf_counter()
@@ -291,8 +276,8 @@ class SearchPipeline:
                     cut = n + 1
                     break
             cut = max(cut, o.top_k)
-        ranked = [self._hit(i, s, dense_scores, bm25_scores, rrf_scores, rerank_scores,
-                            extra_scores) for i, s in order[:cut]]
+        ranked = [self._hit(i, s, channel_scores, no_match, rrf_scores, rerank_scores)
+                  for i, s in order[:cut]]
         # abstention acts on what is returned, never on the ranking (DESIGN.md §5: ranking
         # metrics must not move with a threshold)
         hits = ranked[:o.top_k]
@@ -307,8 +292,8 @@ class SearchPipeline:
             signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
         # a lexical route that found nothing says why (no term in the corpus, or IDF 0); so
         # does a result the abstention floor dropped
-        reason = (self.index.bm25.empty_reason(query, allowed)
-                  if eff == "bm25" and not bm25_rank else None)
+        explain = getattr(self.index.channel(eff), "empty_reason", None) if eff in ranks else None
+        reason = explain(query, allowed) if explain is not None and not ranks[eff] else None
         if decision.drop and dropped:
             what, value, lo = floor
             reason = (f"dropped by abstention: {what} {value:.3f} < floor {lo:.3f}"
@@ -318,22 +303,21 @@ class SearchPipeline:
                             top_rerank=top_rerank, candidates=candidates, signals=signals,
                             gate_score=gate_score, reason=reason)
 
-    def _hit(self, i: int, score: float, dense_scores, bm25_scores, rrf_scores,
-             rerank_scores=None, extra_scores=None) -> Hit:
-        """A hit with every channel's score for chunk ``i``: None where the channel did not
-        run, BM25 None where it gave 0 (no query term in the chunk), RRF None outside hybrid
-        or for a chunk outside both fused pools."""
+    def _hit(self, i: int, score: float, channel_scores: dict[str, np.ndarray],
+             no_match: dict[str, float | None], rrf_scores, rerank_scores=None) -> Hit:
+        """A hit with every stage's score for chunk ``i``: each registered channel's (None
+        where it did not run or found no match, see ``Channel.no_match``), RRF (None outside
+        hybrid or for a chunk outside every fused pool) and rerank (None where it did not
+        score the chunk)."""
+        from rag.search.channels import is_match
+
         c = self.index.chunks[i]
-        return Hit(
-            chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
-            end_line=c.end_line, category=c.category, score=float(score),
-            scores={
-                "dense": float(dense_scores[i]) if dense_scores is not None else None,
-                "bm25": (float(bm25_scores[i]) if bm25_scores is not None and bm25_scores[i] > 0
-                         else None),
-                "rrf": (rrf_scores.get(i) if rrf_scores is not None else None),
-                "rerank": (rerank_scores.get(i) if rerank_scores is not None else None),
-                # registered channels that ran (grep, ...): None where they found nothing
-                **{n: (float(sc[i]) if sc[i] > 0 else None)
-                   for n, sc in (extra_scores or {}).items()},
-            })
+        scores: dict[str, float | None] = {}
+        for name in dict.fromkeys((*CHANNEL_NAMES, *channel_scores)):
+            sc = channel_scores.get(name)
+            scores[name] = (float(sc[i]) if sc is not None and is_match(sc[i], no_match[name])
+                            else None)
+        scores["rrf"] = rrf_scores.get(i) if rrf_scores is not None else None
+        scores["rerank"] = rerank_scores.get(i) if rerank_scores is not None else None
+        return Hit(chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
+                   end_line=c.end_line, category=c.category, score=float(score), scores=scores)

@@ -214,7 +214,7 @@ def mine_pairs(pool: Sequence[Example], chosen: Sequence[Example], *, depth: int
     rng = random.Random(seed)
     pairs: list[Pair] = []
     for e in chosen:
-        scores = bm25.score_all(e.query)
+        scores = bm25.score(e.query)
         ranked = [int(i) for i in np.argsort(-scores, kind="stable")[:depth + 5]
                   if codes[i] != e.code][:depth]
         if not ranked:

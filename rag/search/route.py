@@ -33,14 +33,14 @@ def looks_like_symbol(query: str) -> bool:
 
 def route(query: str, *, mode: str, prose_mode: str) -> str:
     """The effective mode for one query: a channel name (``bm25``, ``dense``, ``grep``, ...:
-    rag/search/channels.py ``CHANNEL_NAMES``) or ``hybrid`` (RRF over ``search.fuse``).
+    rag/search/channels.py ``CHANNELS``) or ``hybrid`` (RRF over ``search.fuse``).
 
     Raises:
         ValueError: unknown mode.
     """
-    from rag.search.channels import CHANNEL_NAMES
+    from rag.search.channels import CHANNELS
 
-    if mode == "hybrid" or mode in CHANNEL_NAMES:
+    if mode == "hybrid" or mode in CHANNELS:
         return mode
     if mode == "auto":
         return "bm25" if looks_like_symbol(query) else prose_mode

@@ -34,6 +34,7 @@ from typing import Any, Literal, Optional
 
 from omegaconf import OmegaConf
 from rag.config import SearchMode
+from rag.corpus.walk import CATEGORIES
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_QUERY_CHARS = 2000
@@ -63,8 +64,8 @@ ENV_FLAGS = {
     "RAG_WEAK_DENSE_SCORE": "abstain.weak_dense",
 }
 
-Category = Literal["source", "test", "documentation", "example", "config", "other", "issue",
-                   "pull_request", "cli_help"]
+# the walker's vocabulary (rag/corpus/walk.py CATEGORIES), not a second list
+Category = Literal[CATEGORIES]  # type: ignore[valid-type]
 
 
 def env_overrides(environ: dict[str, str] | None = None) -> list[str]:

@@ -1,0 +1,210 @@
+"""Built pipeline stages (embedder, index, reranker) kept for reuse, in one explicit object.
+
+A :class:`StageCache` hands out the stage a config asks for and keeps it, so the jobs of a
+sweep run by Hydra's basic launcher (one process) load a model and build an index once.
+Every entry is keyed by SHA-256 over the config subtrees that determine the stage (resolved,
+as JSON with sorted keys), the model id it was built with and, for an index, a fingerprint of
+the corpus directory's files — never a hand-picked tuple of keys, so a key added to a
+subtree can never be served a stale stage:
+
+==========  ==========================================================================
+stage       determined by
+==========  ==========================================================================
+embedder    ``embedder`` (+ ``paths.cache_dir``, where distilled models live)
+index       ``corpus``, ``bm25``, ``index``, whether it embeds, the embedder's model id,
+            the corpus root and its stat fingerprint (:func:`rag.index.store.stat_fingerprint`)
+reranker    ``rerank`` minus the keys that only gate or size its input (thresholds,
+            ``candidates``, ``enabled``), the embedder's model id, ``paths.cache_dir``
+==========  ==========================================================================
+
+``rag.run`` uses the process-wide :data:`STAGES`; callers that want isolation (tests, a
+server) pass their own ``StageCache``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from rag.config import expand_path
+from rag.errors import RunError
+
+T = TypeVar("T")
+
+# rerank keys that decide how the reranker is used, not which reranker is built
+RERANK_USE_KEYS = ("enabled", "candidates", "min_score", "weak_score", "gate_thresholds")
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain JSON-able data (resolved; enums as their values)."""
+    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return node
+
+
+def stage_key(stage: str, **determinants: Any) -> str:
+    """SHA-256 hex of ``stage`` and its determinants (config subtrees, model id, ...), as JSON
+    with sorted keys (non-JSON values by ``str``)."""
+    blob = json.dumps({"stage": stage, **{k: _plain(v) for k, v in determinants.items()}},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class StageCache:
+    """Embedders, indexes and rerankers built for configs, reused while their key matches.
+
+    Args:
+        embedder: serve this already-loaded embedder for every config (a caller that has the
+            model in memory, e.g. a test session); None loads what ``cfg.embedder`` names.
+    """
+
+    def __init__(self, *, embedder: Any = None) -> None:
+        self._fixed_embedder = embedder
+        self._items: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Forget every built stage."""
+        self._items.clear()
+
+    def get(self, key: str, build: Callable[[], T]) -> tuple[T, bool]:
+        """``(stage, reused)``: the stage stored under ``key``, else ``build()`` stored."""
+        if key in self._items:
+            return self._items[key], True
+        value = build()
+        self._items[key] = value
+        return value, False
+
+    def embedder(self, cfg: DictConfig):
+        """The embedder ``cfg.embedder`` names, loaded once.
+
+        Raises:
+            RunError: the model is not installed, or model2vec lacks its ``distill`` extra.
+        """
+        if self._fixed_embedder is not None:
+            return self._fixed_embedder
+        key = stage_key("embedder", embedder=cfg.embedder, cache_dir=cfg.paths.cache_dir)
+        return self.get(key, lambda: load_embedder(cfg))[0]
+
+    def index(self, cfg: DictConfig, root: Path, embedder, *, progress: bool = True,
+              with_dense: bool | None = None):
+        """The index of ``root`` under ``cfg`` (built, or reused while the corpus files and
+        the determining config are unchanged; a reused index says so in its stats:
+        ``index_reused`` 1, nothing embedded or read).
+
+        Args:
+            with_dense: embed the chunks (None: only when a stage of the run needs the dense
+                channel, :func:`rag.config.needs_dense`; ``rag index`` always embeds).
+
+        Raises:
+            RunError: the corpus is empty, or a GitHub export cannot be read.
+        """
+        from rag.config import needs_dense
+        from rag.index.store import stat_fingerprint
+
+        dense = needs_dense(cfg) if with_dense is None else with_dense
+        key = stage_key("index", corpus=cfg.corpus, bm25=cfg.bm25, index=cfg.index,
+                        dense=dense, model_id=embedder.model_id if dense else None,
+                        root=str(root), files=stat_fingerprint(root))
+        index, reused = self.get(key, lambda: build_corpus_index(
+            cfg, root, embedder, dense=dense, progress=progress))
+        if reused:
+            index.stats = {**index.stats, "chunks_embedded": 0, "corpus_read": 0,
+                           "chunks_from_cache": len(index.chunks), "index_reused": 1}
+        return index
+
+    def reranker(self, cfg: DictConfig, embedder):
+        """The configured second stage, or None when ``rerank.enabled`` is false; a
+        cross-encoder with ``rerank.model: null`` is trained on first use (see
+        rag/search/rerank_training.py).
+
+        Raises:
+            RunError: the reranker cannot be built or trained.
+        """
+        if not cfg.rerank.enabled:
+            return None
+        built = {k: v for k, v in _plain(cfg.rerank).items() if k not in RERANK_USE_KEYS}
+        key = stage_key("reranker", rerank=built, model_id=embedder.model_id,
+                        cache_dir=cfg.paths.cache_dir)
+        return self.get(key, lambda: load_reranker(cfg, embedder))[0]
+
+
+def load_embedder(cfg: DictConfig):
+    """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`)."""
+    from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
+
+    e = cfg.embedder
+    kind = str(getattr(e.kind, "value", e.kind))
+    try:
+        if kind == "model2vec":
+            from rag.index.dense import Model2VecEmbedder
+
+            try:
+                return Model2VecEmbedder(
+                    name=e.name, model_path=e.model_path, pca_dims=e.pca_dims,
+                    max_seq_length=e.max_seq_length, normalize=e.normalize,
+                    cache_dir=expand_path(cfg.paths.cache_dir))
+            except ImportError as exc:
+                raise RunError("embedder.kind=model2vec needs the model2vec package with its "
+                               f"distill extra ({exc})") from exc
+        return SentenceTransformerEmbedder(
+            name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+            batch_size=e.batch_size, normalize=e.normalize)
+    except ModelNotFoundError as exc:
+        raise RunError(str(exc)) from exc
+
+
+def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
+                       progress: bool = True):
+    """Build the index of ``root`` under ``cfg`` (no caching; see :meth:`StageCache.index`)."""
+    from rag.index.build import EmptyCorpusError, build_index
+
+    c, b = cfg.corpus, cfg.bm25
+    extra = []
+    if c.github_export:
+        from rag.corpus.github import GitHubExportError, load_github_export
+
+        try:
+            for f in c.github_export:
+                extra += load_github_export(expand_path(f, base=Path.cwd()))
+        except GitHubExportError as exc:
+            raise RunError(str(exc)) from exc
+    try:
+        index = build_index(root, embedder=embedder if dense else None, extra_docs=extra,
+                            header=str(cfg.index.header),
+                            cache_dir=expand_path(cfg.paths.cache_dir),
+                            bm25_backend=str(getattr(b.backend, "value", b.backend)),
+                            k1=b.k1, b=b.b,
+                            bm25_tokenizer=str(getattr(b.tokenizer, "value", b.tokenizer)),
+                            max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
+                            window_overlap=c.window_overlap,
+                            chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
+                            progress=progress)
+    except EmptyCorpusError as exc:
+        raise RunError(str(exc)) from exc
+    index.stats["index_reused"] = 0
+    index.stats["embedder_distill_s"] = round(float(getattr(embedder, "distill_s", 0.0)), 3)
+    return index
+
+
+def load_reranker(cfg: DictConfig, embedder):
+    """Build (or train) the configured reranker (no caching; see :meth:`StageCache.reranker`)."""
+    from rag.search.rerank import RerankerError, build_reranker
+    from rag.search.rerank_training import TrainingDataError
+
+    try:
+        return build_reranker(cfg, embedder, expand_path(cfg.paths.cache_dir),
+                              log=lambda m: print(m, file=sys.stderr, flush=True))
+    except (RerankerError, TrainingDataError) as exc:
+        raise RunError(str(exc)) from exc
+
+
+# the process-wide cache rag.run, rag search and the bench use
+STAGES = StageCache()
