@@ -43,11 +43,16 @@ report: $(STAMP)
 	$(PY) -m rag.report
 
 # system packages the tests use where present: ripgrep (the grep channel's rg backend);
-# without it (no apt, no root) the channel runs in Python and the parity test is skipped
+# without it (no apt, no root) the channel runs in Python and the parity test is skipped.
+# Debian's nodejs + npm: `npm pack` fetches the TypeScript corpus (corpus=zod); without it
+# that corpus cannot be fetched, and nothing else needs it (its unit tests use a fake npm)
 sysdeps:
 	@command -v rg >/dev/null 2>&1 || apt-get install -y -q ripgrep >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ripgrep >/dev/null 2>&1) \
 	  || echo "note: ripgrep not installed: the grep channel uses its Python backend"
+	@command -v npm >/dev/null 2>&1 || apt-get install -y -q nodejs npm >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nodejs npm >/dev/null 2>&1) \
+	  || echo "note: npm not installed (apt-get unavailable or not root): corpus=zod cannot be fetched; install nodejs and npm by hand to use it"
 
 test: $(TSTAMP) sysdeps
 	$(PY) -m pytest

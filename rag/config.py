@@ -60,21 +60,41 @@ class PathsConfig:
 
 @dataclass
 class CorpusConfig:
-    """One code repository: a pinned sdist fetched with pip, or a local directory (``path``)."""
+    """One code repository: a pinned sdist fetched with pip, a pinned npm package fetched
+    with ``npm pack``, or a local directory (``path``)."""
 
     # Names the ledger experiment (rag-<name>) and the index folder. Default: the corpus's own
     # name — the directory's name for corpus.path, name-version for an sdist (flask==3.1.3 ->
-    # flask-3.1.3), dataset.name under dataset=beir (its corpus is the dataset's); never
-    # another corpus's.
-    name: str = "${rag_corpus_name:${corpus.path},${corpus.sdist},${dataset.format},${dataset.name}}"
+    # flask-3.1.3; zod@3.25.76 -> zod-3.25.76), dataset.name under dataset=beir (its corpus is
+    # the dataset's); never another corpus's.
+    name: str = ("${rag_corpus_name:${corpus.path},${corpus.sdist},${dataset.format},"
+                 "${dataset.name},${corpus.npm}}")
     # A pip requirement fetched as an sdist (``pip download --no-binary :all:``); ignored if path is set.
     sdist: Optional[str] = None
+    # An npm package pinned as NAME@X.Y.Z, fetched as its registry tarball with ``npm pack``
+    # (no install, no scripts); ignored if path is set.
+    npm: Optional[str] = None
+    # The golden set labelling this corpus (eval.golden_dir's default), relative to the project
+    # root; null: none, pass eval.golden_dir=DIR.
+    golden_dir: Optional[str] = None
     # Index this directory instead of fetching an sdist.
     path: Optional[str] = None
     max_file_bytes: int = 1_000_000
     # gh JSON exports of issues / pull requests to index as documents, e.g.
     # 'corpus.github_export=[issues.json,prs.json]'
     github_export: Optional[list[str]] = None
+    # gitignore-style patterns not to index (rag/corpus/walk.py DEFAULT_EXCLUDES: lock files,
+    # PKG-INFO / *.egg-info, node_modules, build outputs, minified bundles); null: those
+    # defaults, []: none. A built-in pattern is counted under its reason, any other as
+    # "excluded".
+    exclude: Optional[list[str]] = None
+    # patterns added to `exclude` (a corpus's own, e.g. a package's compiled copies)
+    exclude_extra: list[str] = field(default_factory=list)
+    # patterns re-allowed despite `exclude` (never secrets)
+    include: list[str] = field(default_factory=list)
+    # Index files that look like secrets (private keys, keystores, credential .env files).
+    # Off: they are skipped and counted as "secret" whatever exclude/include say.
+    index_secrets: bool = False
     # Lines per window for text that is neither Python nor Markdown/reST.
     window_lines: int = 60
     window_overlap: int = 10
@@ -254,7 +274,7 @@ class EvalConfig:
     """Golden set location and the cut-offs reported."""
 
     # Directory holding queries.yaml and negatives.yaml; relative to the project root.
-    golden_dir: str = "golden/flask"
+    golden_dir: Optional[str] = "${corpus.golden_dir}"
     recall_ks: list[int] = field(default_factory=lambda: [1, 3, 5, 8, 10, 20, 40])
     ndcg_k: int = 10
     # Ranked list depth scored for Recall@k (>= max(recall_ks)).
@@ -414,6 +434,24 @@ class SweepConfig:
 
 
 @dataclass
+class SuiteConfig:
+    """Set by a suite file (conf/suite/<name>.yaml), which sweeps ``corpus`` over the suite's
+    corpora: the same configuration is evaluated on each, one ledger row per corpus (tag
+    ``suite``), significance per corpus, and a suite summary in the report."""
+
+    name: Optional[str] = None
+
+
+def sweep_name(cfg: Any) -> Optional[str]:
+    """The name a multirun's rows are grouped under: ``sweep.name``, else ``suite-<name>`` for
+    a suite run without a sweep, else None (not a sweep)."""
+    if cfg.sweep.name:
+        return str(cfg.sweep.name)
+    suite = cfg.get("suite") if hasattr(cfg, "get") else None
+    return f"suite-{suite.name}" if suite is not None and suite.name else None
+
+
+@dataclass
 class RagConfig:
     """The whole configuration: one group per stage (DESIGN.md §4)."""
 
@@ -428,18 +466,20 @@ class RagConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    suite: SuiteConfig = field(default_factory=SuiteConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
 
 def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_format: Any = None,
-                        dataset_name: Optional[str] = None) -> str:
+                        dataset_name: Optional[str] = None, npm: Optional[str] = None) -> str:
     """A corpus's own name: ``dataset_name`` under ``dataset_format`` beir (the corpus is the
     dataset's), else the directory's name for ``path`` (encoded by
     :func:`rag.names.safe_component` if it is not a safe folder name), else ``name-version``
     of a pinned sdist requirement (``flask==3.1.3`` -> ``flask-3.1.3``), else the sdist
-    requirement made safe.
+    requirement made safe, else ``name-version`` of a pinned npm package (``zod@3.25.76`` ->
+    ``zod-3.25.76``, ``@scope/pkg@1.0.0`` -> ``scope-pkg-1.0.0``).
 
     Raises:
         ValueError: neither is set.
@@ -457,7 +497,12 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_forma
             name, version = req.split("==", 1)
             return safe_component(f"{name}-{version}", what="corpus.name", encode=True)
         return safe_component(req, what="corpus.name", encode=True)
-    raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
+    if npm:
+        spec = str(npm).strip().lstrip("@").replace("/", "-")
+        name, _, version = spec.rpartition("@")
+        return safe_component(f"{name}-{version}" if name else spec, what="corpus.name",
+                              encode=True)
+    raise ValueError("set corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm=NAME@VERSION")
 
 
 def default_dataset_name(dataset_format: Any, path: Optional[str],
@@ -632,13 +677,19 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"corpus.max_file_bytes must be >= 1, got {cfg.corpus.max_file_bytes}")
     if cfg.embedder.max_seq_length < 8:
         raise ValueError(f"embedder.max_seq_length must be >= 8, got {cfg.embedder.max_seq_length}")
-    if cfg.corpus.path is None and not cfg.corpus.sdist:
-        raise ValueError("set corpus.path=DIR or corpus.sdist=REQUIREMENT")
+    if cfg.corpus.path is None and not cfg.corpus.sdist and not cfg.corpus.npm:
+        raise ValueError("set corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm=NAME@VERSION")
+    if cfg.corpus.path is None and cfg.corpus.sdist and cfg.corpus.npm:
+        raise ValueError(f"corpus.sdist={cfg.corpus.sdist!r} and corpus.npm={cfg.corpus.npm!r} "
+                         "are both set: a corpus has one source")
     from rag.names import safe_component
 
     # corpus.name names a folder and an experiment: check what the user wrote, uninterpolated
     # (the default, an interpolation of the corpus's own name, is made safe when resolved)
     validate_dataset(cfg)  # first: dataset.name is corpus.name's default under dataset=beir
+    if str(getattr(cfg.dataset.format, "value", cfg.dataset.format)) == "none" and not cfg.eval.golden_dir:
+        raise ValueError(f"no golden set for corpus {cfg.corpus.name!r}: pass "
+                         "eval.golden_dir=DIR (or set corpus.golden_dir in its config)")
     raw = OmegaConf.to_container(cfg.corpus, resolve=False)["name"]
     safe_component(str(cfg.corpus.name if raw == CorpusConfig.name else raw), what="corpus.name")
 

@@ -29,8 +29,9 @@ register_configs()
 
 
 def corpus_root(cfg: DictConfig) -> Path:
-    """The corpus directory: ``corpus.path`` if set, else the fetched sdist (fetched once)."""
-    from rag.corpus.fetch import CorpusFetchError, fetch_sdist
+    """The corpus directory: ``corpus.path`` if set, else the fetched sdist or npm tarball
+    (fetched once into ``paths.cache_dir``)."""
+    from rag.corpus.fetch import CorpusFetchError, fetch_npm, fetch_sdist
 
     if cfg.corpus.path:
         root = expand_path(cfg.corpus.path, base=Path.cwd())
@@ -38,6 +39,8 @@ def corpus_root(cfg: DictConfig) -> Path:
             raise RunError(f"corpus.path={cfg.corpus.path!r}: {root} is not a directory")
         return root
     try:
+        if cfg.corpus.npm:
+            return fetch_npm(cfg.corpus.npm, expand_path(cfg.paths.cache_dir))
         return fetch_sdist(cfg.corpus.sdist, expand_path(cfg.paths.cache_dir))
     except CorpusFetchError as exc:
         raise RunError(str(exc)) from exc
@@ -91,6 +94,11 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     if prepared is None:
         return corpus_root(cfg), expand_path(cfg.eval.golden_dir, base=project_root()), {}
     print(prepared.summary(), file=sys.stderr)
+    if prepared.corpus_root is not None:
+        # a dataset's corpus is its documents, one file each: index every one (no default
+        # excludes, no minified-text heuristic on a long one-line document; secrets still not)
+        cfg.corpus.exclude = []
+        cfg.corpus.include = ["**"]
     root = prepared.corpus_root or corpus_root(cfg)
     return root, prepared.golden_dir, prepared.tags
 
@@ -219,6 +227,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
+    from rag.corpus.languages import describe_languages
+
+    if (langs := describe_languages(stats)) is not None:
+        print(f"  {langs}", file=out)
 
 
 def calibration_lines(cal: dict[str, Any]) -> list[str]:
@@ -280,18 +292,24 @@ def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, 
     :class:`rag.ledger.sweep.SweepCallback` wrote into the multirun directory; a job run
     outside a multirun gets a fresh ``<name>-adhoc-...`` id of its own.
     """
+    from rag.config import sweep_name
     from rag.ledger.sweep import baseline_label, job_label, new_sweep_id
 
-    if not cfg.sweep.name:
+    name = sweep_name(cfg)
+    if not name:
         return {}
     ctx = ctx if ctx is not None else _sweep_context()
     info = ctx.get("file") or {}
     overrides = ctx.get("overrides", [])
     varying = set(info.get("varying", []))
-    tags = {"sweep_name": str(cfg.sweep.name), "sweep_baseline": str(cfg.sweep.baseline or ""),
-            "sweep_id": info.get("sweep_id") or new_sweep_id(f"{cfg.sweep.name}-adhoc")}
-    if info.get("parent_run_id"):
-        tags["mlflow.parentRunId"] = info["parent_run_id"]
+    tags = {"sweep_name": name, "sweep_baseline": str(cfg.sweep.baseline or ""),
+            "sweep_id": info.get("sweep_id") or new_sweep_id(f"{name}-adhoc")}
+    if cfg.suite.name:
+        tags["suite"] = str(cfg.suite.name)
+    # a suite has one parent run per corpus experiment
+    parent = (info.get("parent_run_ids") or {}).get(str(cfg.corpus.name)) or info.get("parent_run_id")
+    if parent:
+        tags["mlflow.parentRunId"] = parent
     if "job_num" in ctx:
         tags["sweep_job_num"] = str(ctx["job_num"])
     tags["sweep_job"] = job_label(overrides, varying)
@@ -400,8 +418,9 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
               "embedder_distill_s"):
         if k in index.stats:
             metrics[f"index/{k}"] = float(index.stats[k])
-    for k, v in index.stats.items():
-        if k.startswith("files_skipped_") or k.endswith("_s"):
+    for k, v in index.stats.items():  # skip counts, timings, per-language chunk stats
+        if (k.startswith(("files_skipped_", "lang/")) or k.endswith("_s")
+                or k == "symbol_coverage"):
             metrics[f"index/{k}"] = float(v)
     metrics["wall_s"] = time.perf_counter() - t_start
 

@@ -36,13 +36,14 @@ def omegaconf_literal(value: str) -> str:
 def set_corpus_dir(cfg, path: Path, *, keep_name: bool = False) -> None:
     """Point ``cfg`` (a composed config) at the directory ``path`` as data, never through the
     override grammar: ``corpus.path`` is ``path`` (escaped, see :func:`omegaconf_literal`),
-    ``corpus.sdist`` is cleared, and unless ``keep_name`` ``corpus.name`` is the directory's
+    ``corpus.sdist`` and ``corpus.npm`` are cleared, and unless ``keep_name`` ``corpus.name`` is the directory's
     own name made safe (:func:`rag.names.safe_component` with ``encode=True``: ``flask`` stays
     ``flask``, ``a,b`` becomes ``a_b-<hash>``)."""
     from rag.names import safe_component
 
     cfg.corpus.path = omegaconf_literal(str(path))
     cfg.corpus.sdist = None
+    cfg.corpus.npm = None
     if not keep_name:
         cfg.corpus.name = safe_component(path.name or "root", what="corpus.name", encode=True)
 
@@ -72,11 +73,14 @@ def corpus_name(cfg) -> str:
 
 def corpus_identity(cfg) -> dict[str, str]:
     """The manifest fields that identify the configured corpus: ``corpus_root`` (the resolved
-    ``corpus.path``, as :func:`rag.run.corpus_root` resolves it) or ``corpus_sdist``."""
+    ``corpus.path``, as :func:`rag.run.corpus_root` resolves it) or ``corpus_sdist`` (the sdist
+    requirement, or ``npm:NAME@VERSION`` for an npm package)."""
     from rag.config import expand_path
 
     if cfg.corpus.path:
         return {"corpus_root": str(expand_path(cfg.corpus.path, base=Path.cwd()))}
+    if cfg.corpus.npm:
+        return {"corpus_sdist": f"npm:{cfg.corpus.npm}"}
     return {"corpus_sdist": str(cfg.corpus.sdist)}
 
 
@@ -275,9 +279,14 @@ def index_command(args: Namespace) -> int:
     s = index.stats
     how = "unchanged since the last build: chunks loaded from the chunk store" \
         if not s.get("corpus_read") else "corpus read and chunked"
+    from rag.corpus.languages import describe_languages
+
     print(f"indexed {s.get('files_indexed')} files, {s.get('chunks')} chunks ({how}); "
           f"chunks embedded: {s.get('chunks_embedded')}, from the embedding cache: "
-          f"{s.get('chunks_from_cache')}")
+          f"{s.get('chunks_from_cache')}; truncated at {cfg.embedder.max_seq_length} word "
+          f"pieces: {100 * float(s.get('chunks_truncated_share', 0)):.1f}%")
+    if (langs := describe_languages(s)) is not None:
+        print(langs)
     if s.get("corpus_read"):
         changes = s.get("files_changed")
         if changes is not None:

@@ -164,6 +164,7 @@ def load_embedder(cfg: DictConfig):
 def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
                        progress: bool = True):
     """Build the index of ``root`` under ``cfg`` (no caching; see :meth:`StageCache.index`)."""
+    from rag.corpus.walk import walk_settings
     from rag.index.build import EmptyCorpusError, build_index
 
     c, b = cfg.corpus, cfg.bm25
@@ -184,7 +185,7 @@ def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
                             k1=b.k1, b=b.b,
                             bm25_tokenizer=str(getattr(b.tokenizer, "value", b.tokenizer)),
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
-                            window_overlap=c.window_overlap,
+                            window_overlap=c.window_overlap, walk=walk_settings(c),
                             chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
                             progress=progress)
     except EmptyCorpusError as exc:

@@ -28,7 +28,7 @@ def test_corpus_name_is_the_corpus_own(compose, tmp_path):
     assert default_corpus_name(None, "requests==2.32.3") == "requests-2.32.3"
     odd = default_corpus_name(str(tmp_path / "it's"), None)
     assert odd.startswith("it_s-") and "'" not in odd
-    with pytest.raises(ValueError, match="corpus.path=DIR or corpus.sdist"):
+    with pytest.raises(ValueError, match="corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm"):
         default_corpus_name(None, None)
 
 

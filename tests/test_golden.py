@@ -317,3 +317,39 @@ def test_bad_tags_reported_alongside_other_problems(tmp_path: Path, queries, neg
     problems = _problems(_golden(tmp_path, queries, negatives))
     assert any("empty query" in p for p in problems)
     assert any("tags must be a list" in p for p in problems), problems
+
+
+def test_typescript_method_labels_are_checked_against_the_chunker(tmp_path: Path):
+    """A label may name a symbol in any chunked language; a TypeScript ``Class.method`` that
+    the chunker does not produce is rejected with its file and line."""
+    import shutil
+
+    from rag.index.build import build_index
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "languages" / "sample.ts",
+                repo / "src" / "sample.ts")
+    index = build_index(repo, embedder=None, cache_dir=None, progress=False)
+    assert ("src/sample.ts", "ZodString.parse") in index.symbols
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "queries.yaml").write_text(textwrap.dedent("""\
+        queries:
+          - id: ok
+            query: ZodString.parse
+            relevant:
+              - path: src/sample.ts
+                symbol: ZodString.parse
+          - id: bad
+            query: ZodString.nope
+            relevant:
+              - path: src/sample.ts
+                symbol: ZodString.nope
+        """))
+    (golden / "negatives.yaml").write_text("negatives: []\n")
+    with pytest.raises(GoldenError) as err:
+        load_golden(golden, corpus_paths=index.paths, corpus_symbols=index.symbols)
+    assert len(err.value.problems) == 1
+    assert err.value.problems[0].startswith(f"{golden / 'queries.yaml'}:10:")  # the label's line
+    assert "ZodString.nope" in err.value.problems[0]

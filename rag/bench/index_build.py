@@ -40,7 +40,9 @@ def bench_build(cfg, root: Path, embedder, chunks: Sequence, *, reps: int, embed
     from rag.index.dense import EmbeddingCache, embed_with_cache
 
     c, b = cfg.corpus, cfg.bm25
-    kw = dict(max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
+    from rag.corpus.walk import walk_settings
+
+    kw = dict(max_file_bytes=c.max_file_bytes, walk=walk_settings(c), window_lines=c.window_lines,
               window_overlap=c.window_overlap, k1=b.k1, b=b.b, progress=False)
     chunk_rate, bm25_rate, files = [], [], 0
     n_chunks = 0

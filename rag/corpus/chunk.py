@@ -1,4 +1,5 @@
-"""Chunkers: Python by symbol (``ast``), Markdown and reST by section, other text by line windows.
+"""Chunkers: Python by symbol (``ast``), other languages by symbol (tree-sitter, see
+:mod:`rag.corpus.languages`), Markdown and reST by section, other text by line windows.
 
 A :class:`Chunk` is the unit that is indexed and returned. Its ``content_hash`` is the
 SHA-256 of :attr:`Chunk.indexed_text` (a ``path: symbol`` header plus the body), which is
@@ -18,6 +19,10 @@ A chunk within both bounds is exactly what the chunker made before the bounds ex
 characters and the longest line 3,629, so their chunks are unchanged. Without the bounds a
 1 MB one-line file was one 1 MB chunk, and the embedder's tokenizer encodes a whole text
 before truncating it (README, "Limits").
+
+Python, Markdown, reST and windows make exactly the chunks of ``CHUNKER_VERSION`` 2; version 3
+adds symbol chunks for the languages of :data:`rag.corpus.languages.LANGUAGES` (TypeScript,
+JavaScript, Go, Rust, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift), which were windows before.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from rag.corpus.languages import language_for, outline
 from rag.corpus.walk import Document
 
 # 2: long lines and oversized chunks are split (bound_chunk); other chunks are as in 1
-CHUNKER_VERSION = "2"
+# 3: symbol chunks for the tree-sitter languages (rag/corpus/languages.py), which were windows;
+#    Python, Markdown, reST and windows of other files as in 2
+CHUNKER_VERSION = "3"
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).
@@ -51,11 +59,17 @@ class Chunk:
         id: stable id ``path:start_line-end_line`` (unique within a corpus); a piece of a
             long line adds ``@OFFSET``, its character offset in the line.
         path: corpus-relative POSIX path.
-        symbol: qualified Python symbol (``Flask.make_response``), ``<module>`` for a module's
-            remaining top-level code, a section title for Markdown/reST, or None for windows.
+        symbol: qualified symbol (``Flask.make_response``, ``Router.Handle``,
+            ``Outer.Inner.method``; naming per language in :mod:`rag.corpus.languages`),
+            ``<module>`` for a file's remaining top-level code, a section title for
+            Markdown/reST, or None for windows.
         start_line, end_line: 1-based, inclusive.
         category: the document's category.
-        kind: function | class | method | module | section | window.
+        kind: function | class | method | module | section | window. ``class`` is any
+            class-like declaration: class, struct, union, interface, protocol, enum, trait,
+            Rust ``impl`` block, Ruby module, Kotlin object, type alias (TypeScript ``type``,
+            Go ``type``, C ``typedef``...); ``method`` a function inside one, or one qualified
+            by a receiver or owner (Go ``func (r *Router) Handle``, C++ ``Foo::bar``).
         text: the chunk body.
         content_hash: SHA-256 hex of :attr:`indexed_text`.
     """
@@ -290,6 +304,75 @@ def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
     return chunks
 
 
+# --------------------------------------------------------------------------- other languages
+
+
+def _pack(doc: Document, numbered: list[tuple[int, str]], breaks: frozenset[int], *,
+          symbol: str, kind: str, max_lines: int | None, max_chunk_chars: int,
+          max_line_chars: int) -> list[Chunk]:
+    """:func:`bound_chunk` of ``numbered``, cut first at ``breaks`` when it is too big.
+
+    Within ``max_chunk_chars`` characters (and ``max_lines`` lines, when given) this is
+    exactly :func:`bound_chunk`. Otherwise the lines are cut into segments before every line
+    number in ``breaks`` (a member or statement starts there), a segment of more than
+    ``max_lines`` lines into pieces of ``max_lines``, and consecutive segments are packed
+    greedily into parts within both limits; each part goes through :func:`bound_chunk`.
+    """
+    size = sum(len(line) for _, line in numbered)
+    if size <= max_chunk_chars and (max_lines is None or len(numbered) <= max_lines):
+        return bound_chunk(doc, numbered, symbol=symbol, kind=kind,
+                           max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
+    segments: list[list[tuple[int, str]]] = []
+    for number, line in numbered:
+        if not segments or number in breaks or (max_lines and len(segments[-1]) >= max_lines):
+            segments.append([])
+        segments[-1].append((number, line))
+    parts: list[list[tuple[int, str]]] = [[]]
+    size = 0
+    for seg in segments:
+        seg_size = sum(len(line) for _, line in seg)
+        if parts[-1] and (size + seg_size > max_chunk_chars
+                          or (max_lines and len(parts[-1]) + len(seg) > max_lines)):
+            parts.append([])
+            size = 0
+        parts[-1].extend(seg)
+        size += seg_size
+    return [c for part in parts
+            for c in bound_chunk(doc, part, symbol=symbol, kind=kind,
+                                 max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)]
+
+
+def chunk_code(doc: Document, *, window_lines: int = 60, overlap: int = 10,
+               max_chunk_chars: int = MAX_CHUNK_CHARS,
+               max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
+    """Chunk a source file of a :data:`rag.corpus.languages.LANGUAGES` language by symbol.
+
+    The symbols and their names are :func:`rag.corpus.languages.outline`'s, as for Python:
+    one chunk per top-level function, per class-like declaration (minus its methods and
+    nested types), per method, and ``<module>`` chunks for the remaining non-blank lines.
+    A part too big for one chunk is cut where a member or statement starts
+    (:func:`_pack`); ``<module>`` lines are also cut into parts of at most ``window_lines``
+    lines (a test file of ``describe(...)`` calls is all module code). Every chunk is bounded
+    by :func:`bound_chunk`. A file of another suffix, one whose tree has errors and no
+    symbol, or a minified one, falls back to :func:`chunk_windows`.
+    """
+    _check_bounds(max_chunk_chars, max_line_chars)
+    spec = language_for(doc.path)
+    lines = split_lines(doc.text)
+    found = outline(doc.text, lines, spec, max_line_chars=max_line_chars) if spec else None
+    if found is None:
+        return chunk_windows(doc, window_lines=window_lines, overlap=overlap,
+                             max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
+    chunks: list[Chunk] = []
+    for part in found.parts:
+        chunks.extend(_pack(doc, _numbered(lines, part.lines), part.breaks, symbol=part.symbol,
+                            kind=part.kind,
+                            max_lines=window_lines if part.kind == "module" else None,
+                            max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars))
+    chunks.sort(key=lambda c: (c.start_line, c.end_line))
+    return chunks
+
+
 # --------------------------------------------------------------------------- Markdown / reST
 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -419,7 +502,9 @@ def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10,
 def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10,
                    max_chunk_chars: int = MAX_CHUNK_CHARS,
                    max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
-    """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol, ``.md``/``.rst`` by section.
+    """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol (``ast``), the suffixes of
+    :data:`rag.corpus.languages.LANGUAGES` by symbol (tree-sitter), ``.md``/``.rst`` by section,
+    anything else by windows.
 
     Every path bounds its chunks (``max_chunk_chars``, ``max_line_chars``: see
     :func:`bound_chunk`).
@@ -435,6 +520,8 @@ def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10,
         return chunk_sections(doc, rst=False, **opts)
     if name.endswith(".rst"):
         return chunk_sections(doc, rst=True, **opts)
+    if language_for(name) is not None:
+        return chunk_code(doc, **opts)
     return chunk_windows(doc, **opts)
 
 

@@ -1,11 +1,16 @@
-"""Fetch a pinned source distribution with pip and unpack it once into a cache directory.
+"""Fetch a pinned source release with its ecosystem's ordinary client and unpack it once into
+a cache directory: a Python sdist with pip (:func:`fetch_sdist`), an npm package tarball with
+``npm pack`` (:func:`fetch_npm`).
 
-``python -m rag.corpus.fetch flask==3.1.3`` prints the unpacked directory.
+``python -m rag.corpus.fetch flask==3.1.3`` prints the unpacked directory;
+``python -m rag.corpus.fetch --npm zod@3.25.76`` does the same for an npm package.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,10 +18,21 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 
 class CorpusFetchError(RuntimeError):
-    """pip could not download the sdist, or the archive could not be unpacked."""
+    """The client (pip, npm) could not download the release, is not installed, or the
+    archive could not be unpacked."""
+
+
+# A pinned npm spec: a package name (optionally scoped, npm's naming rules: lowercase letters,
+# digits, '-', '.', '_', '~', not starting with '.' or '_') at an exact semver version — no
+# range, tag ("latest"), URL, git or file spec, so the corpus cannot drift between fetches.
+_NPM_NAME = r"(?:@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*"
+_SEMVER = (r"(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)"
+           r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?")
+NPM_SPEC = re.compile(rf"(?P<name>{_NPM_NAME})@(?P<version>{_SEMVER})")
 
 
 def _slug(requirement: str) -> str:
@@ -27,6 +43,76 @@ def _slug(requirement: str) -> str:
 
     return safe_component(requirement.replace("==", "-").replace(" ", ""), what="corpus.sdist",
                           encode=True)
+
+
+def _npm_slug(spec: str) -> str:
+    """The folder name of an npm package's unpacked tarball: ``zod@3.25.76`` ->
+    ``npm-zod-3.25.76``, ``@scope/pkg@1.0.0`` -> ``npm-scope+pkg-1.0.0`` (the ``npm-``
+    prefix keeps it apart from a pip sdist of the same name and version)."""
+    from rag.names import safe_component
+
+    m = parse_npm_spec(spec)
+    name = m["name"].lstrip("@").replace("/", "+")
+    return safe_component(f"npm-{name}-{m['version']}", what="corpus.npm", encode=True)
+
+
+def parse_npm_spec(spec: str) -> dict[str, str]:
+    """``{"name": ..., "version": ...}`` of a pinned npm spec ``name@x.y.z``.
+
+    Raises:
+        CorpusFetchError: not a package name at an exact version (a range such as ``^3``, a
+            tag such as ``latest``, no version, a URL, a git or file spec, an option).
+    """
+    m = NPM_SPEC.fullmatch(str(spec).strip()) if isinstance(spec, str) else None
+    if m is None or len(m["name"]) > 214:
+        raise CorpusFetchError(
+            f"npm spec {spec!r} is not pinned: expected NAME@X.Y.Z with an exact version "
+            "(e.g. zod@3.25.76 or @scope/pkg@1.2.3); ranges, tags, URLs and paths are refused")
+    return {"name": m["name"], "version": m["version"]}
+
+
+def _run_client(cmd: list[str], what: str) -> None:
+    """Run a download command, turning every failure into one :class:`CorpusFetchError`
+    that shows the command: the executable is missing, or it exits non-zero (offline, no such
+    version), with the tail of its error output."""
+    shown = shlex.join(cmd)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise CorpusFetchError(f"could not fetch {what}: {cmd[0]!r} not found on PATH "
+                               f"(command: {shown})") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+        raise CorpusFetchError(f"could not fetch {what}: `{shown}` failed "
+                               f"(exit {proc.returncode}):\n{tail}")
+
+
+def _fetch_once(target: Path, what: str, download: Callable[[Path], None]) -> Path:
+    """The cached corpus at ``target``, downloading and unpacking it first if needed.
+
+    ``download(dl)`` must leave exactly one archive in the (existing, empty) folder ``dl``.
+    The unpack goes to a temporary directory beside ``target`` that is renamed into place,
+    with a ``.complete`` marker, so an interrupted fetch leaves nothing half-written and a
+    complete one is never fetched again.
+    """
+    if target.is_dir() and (target / ".complete").exists():
+        return _single_root(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        tmp_path = Path(tmp)
+        dl = tmp_path / "dl"
+        dl.mkdir()
+        download(dl)
+        archives = sorted(dl.iterdir())
+        if len(archives) != 1:
+            raise CorpusFetchError(f"expected one archive for {what}, got {archives}")
+        unpacked = tmp_path / "unpacked"
+        _unpack(archives[0], unpacked)
+        (unpacked / ".complete").write_text(archives[0].name + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        unpacked.rename(target)
+    return _single_root(target)
 
 
 def fetch_sdist(requirement: str, cache_dir: Path) -> Path:
@@ -46,42 +132,64 @@ def fetch_sdist(requirement: str, cache_dir: Path) -> Path:
     Raises:
         CorpusFetchError: pip failed (offline, no such version) or the archive is unusable.
     """
-    corpora = cache_dir / "corpora"
-    target = corpora / _slug(requirement)
-    if target.is_dir() and (target / ".complete").exists():
-        return _single_root(target)
-    corpora.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=corpora, prefix=".fetch-") as tmp:
-        tmp_path = Path(tmp)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "-q", "-d", str(tmp_path / "dl"), requirement]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
+    def download(dl: Path) -> None:
+        _run_client([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                     ":all:", "--disable-pip-version-check", "-q", "-d", str(dl), requirement],
+                    f"{requirement!r} with pip")
+
+    return _fetch_once(cache_dir / "corpora" / _slug(requirement), repr(requirement), download)
+
+
+def fetch_npm(spec: str, cache_dir: Path) -> Path:
+    """Download the npm package ``spec`` (``name@x.y.z``) as its registry tarball with
+    ``npm pack`` and unpack it under ``cache_dir/corpora/npm-<name>-<version>``.
+
+    Runs ``npm pack SPEC --pack-destination DIR --ignore-scripts`` once (no install, no
+    lifecycle script, no dependency); later calls return the unpacked directory without
+    running npm. Cached and unpacked like :func:`fetch_sdist`.
+
+    Args:
+        spec: a pinned npm spec, e.g. ``"zod@3.25.76"`` or ``"@scope/pkg@1.2.3"``.
+        cache_dir: root of the rag cache (``paths.cache_dir``).
+
+    Returns:
+        The corpus root: the tarball's single top-level directory (npm's ``package/``).
+
+    Raises:
+        CorpusFetchError: the spec is not pinned to an exact version, npm is not on PATH,
+            npm failed (offline, no such version), or the archive is unusable; the message
+            shows the npm command.
+    """
+    target = cache_dir / "corpora" / _npm_slug(spec)
+    spec = spec.strip()
+
+    def download(dl: Path) -> None:
+        npm = shutil.which("npm")
+        cmd = [npm or "npm", "pack", spec, "--pack-destination", str(dl), "--ignore-scripts"]
+        if npm is None:
             raise CorpusFetchError(
-                f"could not download {requirement!r} with pip (exit {proc.returncode}):\n"
-                f"{proc.stderr.strip()[-2000:]}"
-            )
-        archives = sorted((tmp_path / "dl").iterdir())
-        if len(archives) != 1:
-            raise CorpusFetchError(f"expected one archive for {requirement!r}, got {archives}")
-        unpacked = tmp_path / "unpacked"
-        _unpack(archives[0], unpacked)
-        (unpacked / ".complete").write_text(archives[0].name + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        unpacked.rename(target)
-    return _single_root(target)
+                f"could not fetch {spec!r}: npm is not installed (not on PATH); it is needed to "
+                f"run `{shlex.join(cmd)}` (Debian: apt-get install nodejs npm, or make sysdeps)")
+        _run_client(cmd, f"{spec!r} with npm")
+
+    return _fetch_once(target, repr(spec), download)
 
 
 def _unpack(archive: Path, dest: Path) -> None:
     dest.mkdir(parents=True)
     name = archive.name
     if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar")):
-        with tarfile.open(archive) as tf:
-            tf.extractall(dest, filter="data")
+        try:
+            with tarfile.open(archive) as tf:
+                tf.extractall(dest, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise CorpusFetchError(f"could not unpack {archive.name}: {exc}") from exc
     elif name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(dest)
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(dest)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise CorpusFetchError(f"could not unpack {archive.name}: {exc}") from exc
     else:
         raise CorpusFetchError(f"unknown archive type: {archive}")
 
@@ -92,22 +200,32 @@ def _single_root(target: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: fetch one sdist and print where it was unpacked."""
+    """Command line: fetch one sdist (or, with ``--npm``, one npm package) and print where it
+    was unpacked."""
     from rag.config import expand_path
 
     parser = argparse.ArgumentParser(
         prog="python -m rag.corpus.fetch",
-        description="Download a pinned source distribution with pip and unpack it once.",
+        description="Download a pinned source release (pip sdist, or npm tarball with --npm) "
+                    "and unpack it once.",
     )
-    parser.add_argument("requirement", nargs="?", default="flask==3.1.3",
-                        help="pinned pip requirement (default: flask==3.1.3)")
+    parser.add_argument("requirement", nargs="?", default=None,
+                        help="pinned pip requirement (default: flask==3.1.3), or with --npm a "
+                             "pinned npm spec such as zod@3.25.76")
+    parser.add_argument("--npm", action="store_true",
+                        help="the requirement is an npm spec NAME@X.Y.Z, fetched with npm pack")
     parser.add_argument("--cache-dir", default=None,
                         help="cache root (default: $RAG_CACHE_DIR or ~/.cache/rag)")
     args = parser.parse_args(argv)
     import os
     cache = expand_path(args.cache_dir or os.environ.get("RAG_CACHE_DIR", "~/.cache/rag"))
     try:
-        print(fetch_sdist(args.requirement, cache))
+        if args.npm:
+            if not args.requirement:
+                parser.error("--npm needs a spec, e.g. zod@3.25.76")
+            print(fetch_npm(args.requirement, cache))
+        else:
+            print(fetch_sdist(args.requirement or "flask==3.1.3", cache))
     except CorpusFetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -410,13 +410,14 @@ def prepare_dataset(cfg, corpus_root: Callable[[], Path]) -> Prepared | None:
 
         return prepare_beir(expand_path(d.path, base=here), split=str(d.split), name=str(d.name),
                             cache_root=cache_root)
+    from rag.corpus.walk import walk_settings
     from rag.datasets.trec import corpus_checker, prepare_trec
 
     c = cfg.corpus
     return prepare_trec(expand_path(d.topics, base=here), expand_path(d.qrels, base=here),
                         negatives=expand_path(d.negatives, base=here) if d.negatives else None,
                         name=str(d.name), cache_root=cache_root,
-                        check=corpus_checker(corpus_root, max_file_bytes=c.max_file_bytes,
+                        check=corpus_checker(corpus_root, walk=walk_settings(c),
                                              window_lines=c.window_lines,
                                              window_overlap=c.window_overlap,
                                              github_export=[expand_path(f, base=here) for f in

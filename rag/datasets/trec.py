@@ -119,11 +119,12 @@ def docno_label(docno: str) -> dict[str, Any]:
     return {"path": path, "symbol": symbol} if hash_ and symbol else {"path": path}
 
 
-def corpus_checker(corpus_root: Callable[[], Path], *, max_file_bytes: int = 1_000_000,
+def corpus_checker(corpus_root: Callable[[], Path], *, walk: dict[str, Any] | None = None,
                    window_lines: int = 60, window_overlap: int = 10,
                    github_export: list[Path] | tuple = ()) -> Callable[[dict, str, str], None]:
     """A check ``(label, docno, where) -> None`` that a label names a file rag indexes in the
-    corpus (:func:`rag.corpus.walk.walk_corpus` with ``max_file_bytes``, plus the documents
+    corpus (:func:`rag.corpus.walk.walk_corpus` with the ``walk`` keyword arguments, see
+    :func:`rag.corpus.walk.walk_settings`; default its defaults, plus the documents
     of ``github_export``) and, with a symbol, one its chunker names there. The corpus is
     walked on the first call, a file chunked when a symbol of it is first checked.
 
@@ -138,7 +139,7 @@ def corpus_checker(corpus_root: Callable[[], Path], *, max_file_bytes: int = 1_0
     def docs() -> dict[str, Any]:
         if "docs" not in state:
             root = corpus_root()
-            found = {d.path: d for d in walk_corpus(root, max_file_bytes=max_file_bytes)}
+            found = {d.path: d for d in walk_corpus(root, **(walk or {}))}
             if github_export:
                 from rag.corpus.github import GitHubExportError, load_github_export
 

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document
+from rag.corpus.languages import language_stats
 from rag.corpus.walk import Document, WalkStats, walk_corpus
 from rag.index import store
 from rag.index.bm25 import BM25Channel, build_bm25
@@ -148,7 +149,7 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 window_overlap: int = 10, progress: bool = True,
                 chunk_store: Path | None = None,
                 extra_docs: list[Document] | None = None, header: str = "path_symbol",
-                bm25_tokenizer: str = "code") -> Index:
+                bm25_tokenizer: str = "code", walk: dict[str, Any] | None = None) -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -158,6 +159,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         bm25_backend, k1, b, bm25_tokenizer: BM25 settings (see
             :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
+        walk: further :func:`rag.corpus.walk.walk_corpus` keyword arguments (``exclude``,
+            ``include``, ``index_secrets``; see :func:`rag.corpus.walk.walk_settings`); part
+            of the chunk store's key.
         progress: show tqdm progress bars.
         header: what precedes each chunk's body in both channels (:data:`HEADERS`).
         extra_docs: documents that are not files of ``root`` (GitHub issues and pull
@@ -172,7 +176,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     """
     t0 = time.perf_counter()
     extra_docs = list(extra_docs or [])
-    settings = {"max_file_bytes": max_file_bytes, "window_lines": window_lines,
+    walk_kw = {**(walk or {}), "max_file_bytes": max_file_bytes}
+    settings = {"walk": walk_kw, "window_lines": window_lines,
                 "window_overlap": window_overlap,
                 "extra_docs": corpus_fingerprint(extra_docs) if extra_docs else None}
     stored = None
@@ -184,12 +189,12 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         chunks, walk_stats, corpus_fp = stored
         t_walk = time.perf_counter()
     else:
-        walk = WalkStats()
-        docs = list(walk_corpus(root, max_file_bytes=max_file_bytes, stats=walk)) + extra_docs
+        walked = WalkStats()
+        docs = list(walk_corpus(root, stats=walked, **walk_kw)) + extra_docs
         for d in extra_docs:
-            walk.by_category[d.category] += 1
+            walked.by_category[d.category] += 1
         if not docs:
-            skipped = {k: v for k, v in walk.skipped.items() if v}
+            skipped = {k: v for k, v in walked.skipped.items() if v}
             raise EmptyCorpusError(
                 f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
         t_walk = time.perf_counter()
@@ -206,7 +211,7 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         chunks.sort(key=lambda c: c.id)
         if not chunks:
             raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
-        walk_stats, corpus_fp = walk.as_dict(), corpus_fingerprint(docs)
+        walk_stats, corpus_fp = walked.as_dict(), corpus_fingerprint(docs)
         walk_stats = {**walk_stats, "files_rechunked": rechunked}
         if chunk_store is not None:
             if before is not None:  # what changed since the previous build of this corpus
@@ -225,7 +230,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                  header=header,
                  tokenizer_version=TOKENIZER_VERSION, bm25_tokenizer=bm25_tokenizer,
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
-                 bm25_build_s=round(t_bm25 - t_chunk, 3))
+                 bm25_build_s=round(t_bm25 - t_chunk, 3),
+                 # lang/<language>/chunks ... and symbol_coverage (rag/corpus/languages.py)
+                 **language_stats(chunks))
     dense = None
     if embedder is not None:
         if cache_dir is None:

@@ -20,14 +20,18 @@ from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 
 STORE_VERSION = "2"
 # bump when the walk's rules (what is skipped, how files are categorised) change
-WALK_VERSION = "1"
+WALK_VERSION = "2"
 
 
 def stat_fingerprint(root: Path) -> str:
     """SHA-256 over (relative path, size, mtime_ns, ctime_ns, inode) of every file under
-    ``root`` but ``.git``. ctime cannot be set back by ``touch -r``/``cp -p``/``rsync -t``, so an
-    edit that keeps size and mtime still changes the fingerprint."""
-    h = hashlib.sha256()
+    ``root`` but ``.git``, and over what git lists there (:func:`rag.corpus.walk.listing_key`:
+    a ``git add`` or a changed ``.git/info/exclude`` changes what is indexed). ctime cannot be
+    set back by ``touch -r``/``cp -p``/``rsync -t``, so an edit that keeps size and mtime still
+    changes the fingerprint."""
+    from rag.corpus.walk import listing_key
+
+    h = hashlib.sha256(listing_key(root).encode())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for f in sorted(filenames):

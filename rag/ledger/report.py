@@ -308,6 +308,54 @@ def render_unfinished(rows: list[LedgerRow], *, now_ms: int) -> list[str]:
     return out + [""]
 
 
+def render_suites(rows: list[LedgerRow]) -> list[str]:
+    """One table per suite run (rows tagged ``suite``, grouped by sweep id, newest last): a
+    line per configuration with its MRR on every corpus (ΔMRR against that corpus's baseline
+    and the Holm-adjusted p beside it when the sweep has a baseline) and the macro average
+    (the unweighted mean over the corpora), so a verdict is read corpus by corpus."""
+    from rag.ledger.sweep import suite_summary
+
+    suites = [r for r in rows if r.tags.get("suite")]
+    if not suites:
+        return []
+    out = ["# Suites", "",
+           "The same configuration on every corpus of a suite. MRR per corpus, with ΔMRR "
+           "against the corpus's own baseline row and its Holm-adjusted p (across that "
+           "corpus's jobs; * p < 0.05); macro = the unweighted mean over the corpora. An "
+           "effect that holds on one corpus only is a hypothesis, not a decision.", ""]
+    ids = sorted(dict.fromkeys(r.tags.get("sweep_id", "") for r in suites),
+                 key=lambda sid: min(r.start_time_ms for r in suites if r.tags.get("sweep_id") == sid))
+    for sid in ids:
+        srows = sorted((r for r in suites if r.tags.get("sweep_id") == sid),
+                       key=lambda r: r.start_time_ms)
+        corpora = list(dict.fromkeys(r.experiment for r in srows))
+        base = srows[0].tags.get("sweep_baseline") or "none"
+        out += [f"## Suite `{srows[0].tags['suite']}`: {sid}", "",
+                f"Sweep `{srows[0].tags.get('sweep_name', '?')}`, baseline `{base}`; "
+                f"{len(srows)} rows on {len(corpora)} corpora.", ""]
+        head = ["configuration", *[f"MRR {c}" for c in corpora], "macro MRR",
+                *[f"Recall@8 {c}" for c in corpora], "macro Recall@8"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for g in suite_summary(srows):
+            def mrr(c: str) -> str:
+                v = g["corpora"].get(c, {})
+                if "mrr" not in v:
+                    return "—"
+                if "mrr_delta" not in v:
+                    return f"{v['mrr']:.3f}"
+                p = v.get("mrr_p_holm", v.get("mrr_p"))
+                star = "*" if p is not None and p < 0.05 else ""
+                ptxt = "" if p is None else f", p {'<0.001' if p < 0.001 else f'{p:.3f}'}{star}"
+                return f"{v['mrr']:.3f} ({v['mrr_delta']:+.3f}{ptxt})"
+
+            cells = [f"`{g['config']}`", *[mrr(c) for c in corpora], fmt(g["macro"].get("mrr")),
+                     *[fmt(g["corpora"].get(c, {}).get("recall_at_8")) for c in corpora],
+                     fmt(g["macro"].get("recall_at_8"))]
+            out.append("| " + " | ".join(cells) + " |")
+        out += [""]
+    return out
+
+
 def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None,
                   parents: dict[str, str] | None = None,
                   unfinished: Iterable[LedgerRow] = (), now_ms: int | None = None) -> str:
@@ -335,6 +383,7 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
         out += ["_No ledger rows yet: run `python -m rag.run`._" if sweep is None
                 else f"_No rows for sweep `{sweep}`: run `python -m rag.run +sweep={sweep}`._", ""]
         return "\n".join(out)
+    out += render_suites(rows)
     for exp in dict.fromkeys(r.experiment for r in rows):
         exp_rows = [r for r in rows if r.experiment == exp]
         out += [f"# {exp}" if sweep is None else f"Experiment `{exp}`.", ""]

@@ -190,14 +190,86 @@ except ImportError:  # pragma: no cover - hydra is a hard dependency
     Callback = object  # type: ignore[misc,assignment]
 
 
+def suite_corpora(config: Any) -> dict[str, str]:
+    """For a suite multirun, corpus group option -> that corpus's name (its experiment is
+    ``<prefix>-<name>``), read from each option's ``corpus/<option>.yaml`` (first found on
+    Hydra's config search path, so ``hydra.searchpath`` corpora work) over the schema's
+    defaults; for any other multirun ``{}``.
+
+    Raises:
+        ValueError: a corpus option has no config file.
+    """
+    from omegaconf import OmegaConf
+
+    from rag.config import CorpusConfig, project_root
+
+    dirs = [Path(str(src.path)) for src in config.hydra.runtime.get("config_sources", [])
+            if str(src.schema) == "file"] or [project_root() / "conf"]
+
+    params = config.hydra.sweeper.get("params") or {}
+    if not config.get("suite") or not config.suite.name or "corpus" not in params:
+        return {}
+    out = {}
+    for opt in [o.strip() for o in str(params["corpus"]).split(",") if o.strip()]:
+        f = next((d / "corpus" / f"{opt}.yaml" for d in dirs
+                  if (d / "corpus" / f"{opt}.yaml").is_file()), None)
+        if f is None:
+            raise ValueError(f"suite {config.suite.name!r}: corpus {opt!r} has no config "
+                             f"(corpus/{opt}.yaml in {', '.join(map(str, dirs))})")
+        node = OmegaConf.merge(OmegaConf.structured(CorpusConfig), OmegaConf.load(f))
+        root = OmegaConf.create({"corpus": node, "paths": config.paths, "dataset": config.dataset})
+        out[opt] = str(root.corpus.name)
+    return out
+
+
+def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at_8",
+                                                              "answer_support_rate")
+                  ) -> list[dict[str, Any]]:
+    """Per configuration of a suite (a row's ``sweep_job`` without its ``corpus=`` part), the
+    value of each metric on every corpus and their macro average (the unweighted mean over
+    the corpora that have the metric), with each corpus's ΔMRR and Holm p when the sweep had a
+    baseline.
+
+    Args:
+        rows: the suite's rows, anything with ``.tags``, ``.metrics``, ``.experiment``
+            (:class:`rag.ledger.report.LedgerRow`).
+
+    Returns:
+        ``[{"config": label, "corpora": {experiment: {metric: value, ...}}, "macro":
+        {metric: mean}}]`` in first-seen order.
+    """
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    for r in rows:
+        label = " ".join(p for p in r.tags.get("sweep_job", "").split()
+                         if not p.lstrip("+~").startswith("corpus=")) or "(defaults)"
+        vals = {m: float(r.metrics[m]) for m in metrics if m in r.metrics}
+        for k in ("mrr_delta", "mrr_p_holm", "mrr_p"):
+            if k in r.metrics:
+                vals[k] = float(r.metrics[k])
+        groups.setdefault(label, {})[r.experiment] = vals
+    out = []
+    for label, corpora in groups.items():
+        macro = {}
+        for m in metrics:
+            have = [v[m] for v in corpora.values() if m in v]
+            if have:
+                macro[m] = sum(have) / len(have)
+        out.append({"config": label, "corpora": corpora, "macro": macro})
+    return out
+
+
 class SweepCallback(Callback):  # type: ignore[misc]
     """Hydra callback: sweep id, experiment and parent run before the jobs; summary after."""
 
     def __init__(self) -> None:
-        self._open: tuple[str, str, str, str] | None = None  # (uri, parent run, sweep id, experiment)
+        # (uri, corpus -> parent run, sweep id, corpus -> experiment id)
+        self._open: tuple[str, dict[str, str], str, dict[str, str]] | None = None
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        if not config.sweep.name or not config.tracking.enabled:
+        from rag.config import sweep_name
+
+        name = sweep_name(config)
+        if not name or not config.tracking.enabled:
             return
         import atexit
 
@@ -205,79 +277,105 @@ class SweepCallback(Callback):  # type: ignore[misc]
         from rag.ledger.mlflow_store import Ledger
 
         register_configs()
-        sweep_id = new_sweep_id(str(config.sweep.name))
+        sweep_id = new_sweep_id(name)
         t = config.tracking
         uri = ledger_uri(config)
         ledger = Ledger(uri, output_path(config, t.artifact_root))
-        exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
+        # one experiment per corpus: the run's own, or every corpus of a suite
+        corpora = list(suite_corpora(config).values()) or [str(config.corpus.name)]
+        exps = {c: ledger.experiment_id(f"{t.experiment_prefix}-{c}") for c in corpora}
         # keys that vary: the sweep file's multi-valued params and any "k=a,b" on the command line
         varying = {str(k) for k, v in (config.hydra.sweeper.get("params") or {}).items()
                    if "," in str(v)}
         varying |= {o.split("=", 1)[0].lstrip("+~") for o in config.hydra.overrides.task
                     if "=" in o and "," in o.split("=", 1)[1]}
-        parent = ledger.client.create_run(exp_id, run_name=f"sweep {sweep_id}", tags={
-            "sweep_id": sweep_id, "sweep_name": str(config.sweep.name),
-            "sweep_baseline": str(config.sweep.baseline or ""), "rag.sweep_parent": "1",
-            "sweep_varying": " ".join(sorted(varying))})
+        tags = {"sweep_id": sweep_id, "sweep_name": name,
+                "sweep_baseline": str(config.sweep.baseline or ""), "rag.sweep_parent": "1",
+                "sweep_varying": " ".join(sorted(varying))}
+        if config.suite.name:
+            tags["suite"] = str(config.suite.name)
+        parents = {c: ledger.client.create_run(e, run_name=f"sweep {sweep_id}", tags=tags).info.run_id
+                   for c, e in exps.items()}
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        first = next(iter(parents.values()))
         (sweep_dir / SWEEP_FILE).write_text(json.dumps({
-            "sweep_id": sweep_id, "parent_run_id": parent.info.run_id,
+            "sweep_id": sweep_id, "parent_run_id": first, "parent_run_ids": parents,
             "varying": sorted(varying), "started_at": time.time()}))
-        self._open = (uri, parent.info.run_id, sweep_id, exp_id)
+        self._open = (uri, parents, sweep_id, exps)
         atexit.register(self._close_if_open)
-        print(f"sweep {sweep_id}: parent run {parent.info.run_id}")
+        print(f"sweep {sweep_id}: parent run" + ("s " if len(parents) > 1 else " ")
+              + ", ".join(f"{p} ({c})" if len(parents) > 1 else p for c, p in parents.items()))
 
     def _close_if_open(self) -> None:
         """atexit: the multirun died before on_multirun_end (a job failed) — compare the jobs
-        that did finish with their baseline, then mark the parent FAILED (the sweep is
+        that did finish with their baseline, then mark the parents FAILED (the sweep is
         incomplete, and the report says so)."""
         if self._open is None:
             return
-        uri, parent_id, sweep_id, exp_id = self._open
+        uri, parents, sweep_id, exps = self._open
         self._open = None
         try:
             from rag.ledger.mlflow_store import Ledger
 
             ledger = Ledger(uri)
             try:
-                sweep_significance(ledger, exp_id, sweep_id)
+                for exp_id in exps.values():
+                    sweep_significance(ledger, exp_id, sweep_id)
             finally:
-                ledger.client.set_terminated(parent_id, status="FAILED")
+                for parent_id in parents.values():
+                    ledger.client.set_terminated(parent_id, status="FAILED")
         except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit
             print(f"warning: the incomplete sweep {sweep_id} was not compared with its baseline "
                   f"({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if self._open is None or not config.sweep.name:
+        if self._open is None:
             return
-        uri, parent_id, sweep_id, _ = self._open
+        uri, parents, sweep_id, exps = self._open
         from rag.config import output_path
         from rag.ledger.mlflow_store import Ledger
+        from rag.ledger.report import LedgerRow
         from rag.report import write_report
 
         t = config.tracking
         ledger = Ledger(uri, output_path(config, t.artifact_root))
-        exp_id = ledger.experiment_id(f"{t.experiment_prefix}-{config.corpus.name}")
-        sig = sweep_significance(ledger, exp_id, sweep_id)
-        n_rows = len(ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'"))
-        summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
-                   "rows": n_rows, **sig}
-        for j in sig["jobs"]:
-            h = sig["holm"].get(j["run_id"], {})
-            mde = j.get("mrr_mde")
-            print(f"  {j['job']}: MRR {j.get('mrr_delta', float('nan')):+.3f} (p "
-                  f"{j.get('mrr_p', float('nan')):.4f}, Holm {h.get('mrr_p_holm', float('nan')):.4f})"
-                  + (f", minimum detectable effect {mde:.3f}" if mde is not None and mde == mde else "")
-                  + (f"  UNDERPOWERED (> sweep.min_effect {config.sweep.min_effect:g})"
-                     if mde is not None and mde == mde and mde > config.sweep.min_effect else ""))
-        for run_id, why in sig["skipped"].items():
-            print(f"  {run_id[:8]}: significance skipped: {why}")
-        ledger.client.log_text(parent_id, json.dumps(summary, indent=2) + "\n",
-                               "sweep_significance.json")
-        ledger.client.set_tag(parent_id, "sweep_rows", str(n_rows))
-        ledger.client.set_terminated(parent_id, status="FINISHED")
+        suite_rows = []
+        for corpus, exp_id in exps.items():
+            sig = sweep_significance(ledger, exp_id, sweep_id)  # Holm within each corpus
+            rows = ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'")
+            suite_rows += [LedgerRow.from_mlflow(r, f"{t.experiment_prefix}-{corpus}")
+                           for r in rows]
+            summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
+                       "corpus": corpus, "rows": len(rows), **sig}
+            if len(exps) > 1:
+                print(f" {corpus}:")
+            for j in sig["jobs"]:
+                h = sig["holm"].get(j["run_id"], {})
+                mde = j.get("mrr_mde")
+                print(f"  {j['job']}: MRR {j.get('mrr_delta', float('nan')):+.3f} (p "
+                      f"{j.get('mrr_p', float('nan')):.4f}, Holm {h.get('mrr_p_holm', float('nan')):.4f})"
+                      + (f", minimum detectable effect {mde:.3f}" if mde is not None and mde == mde else "")
+                      + (f"  UNDERPOWERED (> sweep.min_effect {config.sweep.min_effect:g})"
+                         if mde is not None and mde == mde and mde > config.sweep.min_effect else ""))
+            for run_id, why in sig["skipped"].items():
+                print(f"  {run_id[:8]}: significance skipped: {why}")
+            ledger.client.log_text(parents[corpus], json.dumps(summary, indent=2) + "\n",
+                                   "sweep_significance.json")
+            ledger.client.set_tag(parents[corpus], "sweep_rows", str(len(rows)))
+        if config.suite.name:
+            table = suite_summary(suite_rows)
+            for parent_id in parents.values():
+                ledger.client.log_text(parent_id, json.dumps(table, indent=2) + "\n",
+                                       "suite_summary.json")
+            print(f"suite {config.suite.name}: MRR per corpus and macro average")
+            for g in table:
+                per = ", ".join(f"{c.split('-', 1)[-1]} {v['mrr']:.3f}" for c, v in g["corpora"].items()
+                                if "mrr" in v)
+                print(f"  {g['config']}: macro {g['macro'].get('mrr', float('nan')):.3f} ({per})")
+        for parent_id in parents.values():
+            ledger.client.set_terminated(parent_id, status="FINISHED")
         self._open = None
         report = write_report(uri, output_path(config, t.report_path), prefix=t.experiment_prefix,
                               ledger=ledger)
-        print(f"sweep {sweep_id} done: {n_rows} rows; report: {report}")
+        print(f"sweep {sweep_id} done: {len(suite_rows)} rows; report: {report}")
