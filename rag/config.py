@@ -95,6 +95,11 @@ class CorpusConfig:
     # Index files that look like secrets (private keys, keystores, credential .env files).
     # Off: they are skipped and counted as "secret" whatever exclude/include say.
     index_secrets: bool = False
+    # How code is chunked (rag/corpus/chunk.py CHUNKERS): symbol (by symbol / section, line
+    # windows for other text) or window (every file in windows of window_lines lines,
+    # consecutive windows sharing window_overlap lines). Part of the chunk store's and the
+    # index stage's key.
+    chunker: str = "symbol"
     # Lines per window for text that is neither Python nor Markdown/reST.
     window_lines: int = 60
     window_overlap: int = 10
@@ -285,6 +290,9 @@ class EvalConfig:
     allow_corpus_mismatch: bool = False
     # equal scores: doc_id (ascending doc id) or pessimistic (relevant docs after their ties)
     ties: TieBreak = TieBreak.doc_id
+    # a chunk hits a span or symbol label when it covers at least this share of the label's
+    # lines; 0: any overlap (one line is enough) (golden/README.md)
+    min_overlap: float = 0.0
 
 
 @dataclass
@@ -673,6 +681,12 @@ def validate(cfg: DictConfig) -> None:
     if cfg.corpus.window_lines < 1 or not 0 <= cfg.corpus.window_overlap < cfg.corpus.window_lines:
         raise ValueError("need corpus.window_lines >= 1 and 0 <= corpus.window_overlap < "
                          f"corpus.window_lines, got {cfg.corpus.window_lines}, {cfg.corpus.window_overlap}")
+    from rag.corpus.chunk import CHUNKERS
+
+    if cfg.corpus.chunker not in CHUNKERS:
+        raise ValueError(f"corpus.chunker must be one of {list(CHUNKERS)}, got {cfg.corpus.chunker!r}")
+    if not 0.0 <= float(cfg.eval.min_overlap) <= 1.0:
+        raise ValueError(f"eval.min_overlap must be in [0, 1] (0: any overlap), got {cfg.eval.min_overlap}")
     if cfg.corpus.max_file_bytes < 1:
         raise ValueError(f"corpus.max_file_bytes must be >= 1, got {cfg.corpus.max_file_bytes}")
     if cfg.embedder.max_seq_length < 8:
@@ -681,7 +695,8 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError("set corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm=NAME@VERSION")
     if cfg.corpus.path is None and cfg.corpus.sdist and cfg.corpus.npm:
         raise ValueError(f"corpus.sdist={cfg.corpus.sdist!r} and corpus.npm={cfg.corpus.npm!r} "
-                         "are both set: a corpus has one source")
+                         "are both set: a corpus has one source (add corpus.sdist=null, or use "
+                         "corpus=zod-style configs that set one)")
     from rag.names import safe_component
 
     # corpus.name names a folder and an experiment: check what the user wrote, uninterpolated

@@ -46,7 +46,8 @@ def corpus_root(cfg: DictConfig) -> Path:
         raise RunError(str(exc)) from exc
 
 
-def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: bool) -> None:
+def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: bool,
+                        advice: str | None = None) -> None:
     """Refuse, in one line and before any label is checked against the corpus, a golden set
     whose ``corpus:`` field names another corpus than the one being evaluated.
 
@@ -69,8 +70,46 @@ def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: b
     labelled = data.get("corpus") if isinstance(data, dict) else None
     if labelled and str(labelled) != corpus_name and not allow_mismatch:
         raise RunError(f"{qfile} labels corpus {str(labelled)!r} but this run evaluates corpus "
-                       f"{corpus_name!r}: pass eval.golden_dir=<labels for {corpus_name}> (or "
-                       "corpus.name=..., or eval.allow_corpus_mismatch=true to accept it)")
+                       f"{corpus_name!r}: " + (advice or (
+                           f"pass eval.golden_dir=<labels for {corpus_name}> (or "
+                           "corpus.name=..., or eval.allow_corpus_mismatch=true to accept it)")))
+
+
+def golden_dir_for(cfg: DictConfig) -> Path:
+    """``eval.golden_dir`` made absolute (from the project root), with one fallback for a
+    ``corpus.path`` run: when ``eval.golden_dir`` was not set (it is still its default,
+    ``${corpus.golden_dir}``, e.g. the default corpus group's ``golden/flask``) and the labels
+    there are missing or name another corpus (the run would be refused), ``golden/<corpus.name>``
+    under the project root is used if it holds a ``queries.yaml`` whose ``corpus:`` is this
+    corpus or unset -- where ``rag golden init --path DIR`` writes them. So
+    ``python -m rag.run corpus.path=DIR`` finds ``golden/<DIR's name>/``; labels that would
+    be accepted are never replaced, and an explicit ``eval.golden_dir`` always wins."""
+    configured = expand_path(cfg.eval.golden_dir, base=project_root()) if cfg.eval.golden_dir else None
+    raw = OmegaConf.to_container(cfg.eval, resolve=False).get("golden_dir")
+    if not cfg.corpus.path or raw != "${corpus.golden_dir}":
+        return configured
+    name = str(cfg.corpus.name)
+    if configured is not None and _labelled_corpus(configured) in (None, name):
+        return configured
+    own = project_root() / "golden" / name
+    if (own / "queries.yaml").is_file() and _labelled_corpus(own) in (None, name):
+        print(f"eval.golden_dir: {own} (the labels of corpus {name!r}; "
+              f"{configured} labels another corpus)", file=sys.stderr)
+        return own
+    return configured
+
+
+def _labelled_corpus(golden_dir: Path) -> str | None:
+    """The ``corpus:`` field of ``golden_dir``'s queries.yaml; None when it has none, and
+    ``""`` when there is no readable queries.yaml (never equal to a corpus name)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((golden_dir / "queries.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return ""
+    labelled = data.get("corpus") if isinstance(data, dict) else None
+    return None if labelled is None else str(labelled)
 
 
 def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
@@ -92,7 +131,7 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     except OSError as exc:
         raise RunError(f"dataset: {exc}") from None
     if prepared is None:
-        return corpus_root(cfg), expand_path(cfg.eval.golden_dir, base=project_root()), {}
+        return corpus_root(cfg), golden_dir_for(cfg), {}
     print(prepared.summary(), file=sys.stderr)
     if prepared.corpus_root is not None:
         # a dataset's corpus is its documents, one file each: index every one (no default
@@ -189,14 +228,19 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         print(f"  UNANSWERED: {int(metrics.get('failed_queries', 0))} queries failed at the "
               f"retriever, {int(metrics.get('missing_queries', 0))} missing from the run file; "
               "each scores 0 (reasons in per_query.csv)", file=out)
+    def na(k: str) -> str:  # a slice the golden set does not have (no such tag): n/a
+        v = metrics.get(k)
+        return "n/a" if v is None or v != v else f"{v:.3f}"
+
     print(f"  ranking (before abstention, to depth {cfg.eval.depth}):", file=out)
     print("    " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
     print("    " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
     print(f"    MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
-          f"prose Recall@8 {p('prose/recall_at_8'):.3f}  symbol MRR {p('symbol/mrr'):.3f}  "
+          f"prose Recall@8 {na('prose/recall_at_8')}  symbol MRR {na('symbol/mrr')}  "
           f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
           + (f"{metrics['candidate_pool_recall']:.3f}" if "candidate_pool_recall" in metrics
              else "n/a"), file=out)
+    print(f"    judged@{cfg.search.top_k} {p(f'judged_at_{cfg.search.top_k}'):.3f}  judged@10 {p('judged_at_10'):.3f}  (share of the top k units with a relevance judgement; min_overlap {cfg.eval.get('min_overlap', 0.0):g})", file=out)  # noqa: E501
     print("  returned (after abstention, top_k):", file=out)
     print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
           f"{p('dropped_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  abstain_rate "
@@ -352,7 +396,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
         RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
     """
     from rag.eval.evaluate import evaluate, trec_run_lines
-    from rag.eval.golden import GoldenError, load_golden, trec_qrels_lines
+    from rag.eval.golden import GoldenError, corpus_units, load_golden, trec_qrels_lines
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     t_start = time.perf_counter()
@@ -381,12 +425,16 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
             raise RunError(str(exc)) from None
     root, golden_dir, dataset_tags = run_inputs(cfg)
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
-                        allow_mismatch=bool(cfg.eval.allow_corpus_mismatch))
+                        allow_mismatch=bool(cfg.eval.allow_corpus_mismatch),
+                        advice=("a dataset names its corpus with dataset.name (it sets corpus.name "
+                                "and the labels' corpus: together), e.g. dataset.name="
+                                f"{cfg.corpus.name}" if dataset_tags else None))
     stages = STAGES if stages is None else stages
     embedder = stages.embedder(cfg)
     index = stages.index(cfg, root, embedder)
     try:
-        golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols)
+        golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols,
+                             units=corpus_units(index))
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
     reranker = stages.reranker(cfg, embedder)
@@ -405,7 +453,8 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                       target_false_weak=float(cfg.abstain.target_false_weak),
                       target_dropped=float(cfg.abstain.target_dropped),
                       count_tokens=embedder.count_tokens,
-                      ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)))
+                      ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)),
+                      min_overlap=float(cfg.eval.min_overlap))
     metrics = dict(result.metrics)
     # where these thresholds were fitted: checked when another run applies them
     result.calibration["provenance"] = {

@@ -15,12 +15,15 @@ def compose_config(overrides: list[str]):
     """The project's Hydra config with ``overrides``, as ``python -m rag.run`` would compose it.
 
     Raises:
-        hydra.errors.ConfigCompositionException / OmegaConf errors: a bad key or value.
+        ValueError: an override key the schema does not know (naming the closest key, as
+            ``python -m rag.run`` does).
+        hydra.errors.ConfigCompositionException / OmegaConf errors: a bad value.
     """
     from hydra import compose, initialize_config_dir
 
-    from rag.config import project_root, register_configs
+    from rag.config import check_override_keys, project_root, register_configs
 
+    check_override_keys(list(overrides))
     register_configs()
     with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
@@ -138,7 +141,7 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
     from rag.config import expand_path, validate
     from rag.index import versioned
     from rag.run import RunError, corpus_root
-    from rag.stages import STAGES
+    from rag.stages import STAGES, index_settings
 
     for name in ("sentence_transformers", "bm25s", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -158,11 +161,12 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
                                                          k1=cfg.bm25.k1, b=cfg.bm25.b,
                                                          expect=identity)
-                built = manifest.get("stats", {}).get("header", "path_symbol")
-                if built == str(cfg.index.header):
+                changed = versioned.settings_changes(manifest, index_settings(cfg))
+                if not changed:
                     return cfg, index, manifest
-                print(f"warning: the published build indexes chunks with index.header={built}, "
-                      f"the config asks for {cfg.index.header}; rebuilding it", file=sys.stderr)
+                # walk rules, chunker, tokenizer or header differ: never serve it
+                print(f"warning: the published build {manifest.get('build_id')} was made with "
+                      f"other settings ({', '.join(changed)}); rebuilding it", file=sys.stderr)
             except versioned.NoIndexError:
                 pass  # first use: build and publish below
             except versioned.CorpusMismatchError as exc:
@@ -175,7 +179,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
         versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
                           normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
-                          corpus_sdist=identity.get("corpus_sdist"))
+                          corpus_sdist=identity.get("corpus_sdist"),
+                          settings=index_settings(cfg))
         return cfg, index, versioned.read_manifest(root_dir)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
@@ -261,12 +266,16 @@ def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
     if not res.hits:
         print(f"no hits: {res.reason or 'nothing retrieved'}")
         return
-    fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
-    print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} {'dense':>6} {'bm25':>7} {'rrf':>7}")
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    # a column per stage that scored any hit (every registered channel, rrf, rerank)
+    stages = [s for s in dict.fromkeys(k for h in res.hits for k in h.scores)
+              if any(h.scores.get(s) is not None for h in res.hits)]
+    print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} "
+          + " ".join(f"{s:>7}" for s in stages))
     for i, h in enumerate(res.hits, 1):
         loc = f"{h.path}:{h.start_line}-{h.end_line}"
         print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
-              f"{fmt(h.scores['dense'], 3):>6} {fmt(h.scores['bm25'], 2):>7} {fmt(h.scores['rrf'], 4):>7}")
+              + " ".join(f"{fmt(h.scores.get(s)):>7}" for s in stages))
 
 
 def index_command(args: Namespace) -> int:

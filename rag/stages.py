@@ -136,6 +136,26 @@ class StageCache:
         return self.get(key, lambda: load_reranker(cfg, embedder))[0]
 
 
+def index_settings(cfg: DictConfig) -> dict[str, Any]:
+    """Everything besides the corpus files and the embedder that decides what a built index
+    holds: the ``corpus`` subtree (walk rules, chunker, windows; not its name or labels),
+    BM25's tokenizer, ``index.header`` and the walk / chunker / tokenizer code versions — as
+    plain JSON. A published build records it (rag/index/versioned.py); ``rag search`` and
+    ``rag serve`` rebuild a build whose record differs, so an index made under other walk
+    rules (e.g. before secrets were skipped) is never served."""
+    import json
+
+    from rag.corpus.chunk import CHUNKER_VERSION
+    from rag.index.store import WALK_VERSION
+    from rag.index.tokenize import TOKENIZER_VERSION
+
+    corpus = {k: v for k, v in _plain(cfg.corpus).items() if k not in ("name", "golden_dir")}
+    out = {"corpus": corpus, "bm25_tokenizer": _plain(cfg.bm25).get("tokenizer"),
+           "header": str(cfg.index.header), "chunker_version": CHUNKER_VERSION,
+           "walk_version": WALK_VERSION, "tokenizer_version": TOKENIZER_VERSION}
+    return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
 def load_embedder(cfg: DictConfig):
     """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`)."""
     from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
@@ -186,6 +206,7 @@ def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
                             bm25_tokenizer=str(getattr(b.tokenizer, "value", b.tokenizer)),
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
                             window_overlap=c.window_overlap, walk=walk_settings(c),
+                            chunker=str(c.chunker),
                             chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
                             progress=progress)
     except EmptyCorpusError as exc:

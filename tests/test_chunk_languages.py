@@ -24,6 +24,7 @@ from rag.corpus.chunk import (
 )
 from rag.corpus.languages import (
     LANGUAGES,
+    describe_languages,
     language_for,
     language_name,
     language_stats,
@@ -331,7 +332,7 @@ def test_python_stays_on_the_ast_chunker():
         ("f", F, 15, 18),
     ]
     assert chunks == chunk_python(doc)
-    assert CHUNKER_VERSION == "3"
+    assert CHUNKER_VERSION == "4"
 
 
 def test_language_names():
@@ -354,13 +355,17 @@ def test_language_stats_by_hand():
     # a.ts: <module> (1), f (3, 5, 6), A (8, 10), A.m (9): 7 non-blank lines, 6 in symbols
     # b.go: no grammar match -> one window, 2 non-blank lines, none in a symbol
     # c.py: <module> (1), g (3, 4): 3 non-blank lines, 2 in symbols
+    # b.go does not parse: a file with errors
     assert language_stats(chunks) == {
         "lang/go/chunks": 1, "lang/go/files_symbol": 0, "lang/go/files_windowed": 1,
-        "lang/go/symbol_coverage": 0.0,
+        "lang/go/symbol_coverage": 0.0, "lang/go/files_with_errors": 1,
+        "parse_errors/go": "b.go",
         "lang/python/chunks": 2, "lang/python/files_symbol": 1,
         "lang/python/files_windowed": 0, "lang/python/symbol_coverage": 0.6667,
+        "lang/python/files_with_errors": 0,
         "lang/typescript/chunks": 4, "lang/typescript/files_symbol": 1,
         "lang/typescript/files_windowed": 0, "lang/typescript/symbol_coverage": 0.8571,
+        "lang/typescript/files_with_errors": 0,
         "symbol_coverage": 0.6667,  # (6 + 0 + 2) / (7 + 2 + 3)
     }
     assert language_stats([]) == {"symbol_coverage": 0.0}
@@ -375,3 +380,168 @@ def test_language_stats_counts_each_line_once():
     big = "function big() {\n  return '" + "y" * 5000 + "';\n}\n\nlet a = 1;\n"
     stats = language_stats(chunk_document(_doc("big.js", big)))
     assert stats["lang/javascript/symbol_coverage"] == 0.75  # 3 of lines 1, 2, 3, 5
+
+
+# --------------------------------------------------------------------------- doc comments
+
+
+def test_doc_comment_one_blank_line_above_belongs_to_the_declaration():
+    # commander's style: a blank line between each /** ... */ and its method
+    text = ("class Command {\n"            # 1
+            "  /**\n"                      # 2
+            "   * Parse argv.\n"           # 3
+            "   */\n"                      # 4
+            "\n"                           # 5
+            "  parse(argv) {\n"            # 6
+            "    return this;\n"           # 7
+            "  }\n"                        # 8
+            "\n"                           # 9
+            "  // an ordinary comment\n"   # 10: stays in the class
+            "\n"                           # 11
+            "  run() {}\n"                 # 12
+            "\n"                           # 13
+            "  /** two blank lines */\n"   # 14: too far, stays in the class
+            "\n"                           # 15
+            "\n"                           # 16
+            "  stop() {}\n"                # 17
+            "}\n")                         # 18
+    doc = _doc("lib/command.js", text)
+    assert _rows(chunk_document(doc)) == [
+        ("Command", C, 1, 18), ("Command.parse", ME, 2, 8), ("Command.run", ME, 12, 12),
+        ("Command.stop", ME, 17, 17)]
+    _check_partition(doc)
+
+
+@pytest.mark.parametrize("path, text, first", [
+    ("a.ts", "let x = 1;\n/** doc */\n\nfunction f() {}\n", 2),
+    ("a.ts", "let x = 1;\n/** a */\n\n/** b */\n\nfunction f() {}\n", 4),  # one gap only
+    ("a.ts", "let x = 1;\n/** doc */\n\n@dec\nclass A {}\n", 2),   # above a decorator
+    ("a.ts", "let x = 1;\n// note\n\nfunction f() {}\n", 4),        # ordinary comment
+    ("a.ts", "/** header */\n\nfunction f() {}\n", 3),                # file's first line
+    ("a.ts", "let x = 1;\n/** @license MIT */\n\nfunction f() {}\n", 4),
+    ("a.rs", "use x;\n/// doc\n/// more\n\nfn f() {}\n", 2),
+    ("a.rs", "use x;\n//! the module\n\nfn f() {}\n", 4),           # inner doc: the module's
+    ("a.rs", "use x;\n//// not a doc\n\nfn f() {}\n", 4),
+    ("a.go", "package p\n// F does it.\n\nfunc F() {}\n", 4),       # go doc: adjacent only
+    ("A.java", "package p;\n/** doc */\n\nclass A {}\n", 2),
+    ("A.cs", "using X;\n/// <summary>doc</summary>\n\nclass A {}\n", 2),
+    ("a.cpp", "int x;\n//! doxygen\n\nvoid f() {}\n", 2),
+    ("a.rb", "require 'x'\n# Does it.\n\ndef f\nend\n", 2),
+    ("a.rb", "# frozen_string_literal: true\n\ndef f\nend\n", 3),
+    ("a.rb", "x = 1\n# rubocop:disable Foo\n\ndef f\nend\n", 4),
+])
+def test_doc_comment_rules_per_language(path: str, text: str, first: int):
+    symbols = [c for c in chunk_document(_doc(path, text)) if c.kind != M]
+    assert len(symbols) == 1 and symbols[0].start_line == first
+
+
+# --------------------------------------------------------------------------- parse errors
+
+BROKEN_TS = """import {x} from "y"
+
+/**
+ * The produce function.
+ */
+export interface IProduce {
+\t/** curried */
+\t<Curried>(
+\t\trecipe: Curried,
+\t\tinitialState?: Curried
+\t): Curried
+
+\t/** from the recipe */
+\t<Recipe extends AnyFunc>(recipe: Recipe): InferCurriedFromRecipe<
+\t\tRecipe,
+\t\tfalse
+\t>
+}
+
+/**
+ * The type for `recipe function`
+ */
+export type Producer<T> = (draft: T) => T
+
+// Fixes #507
+export function never_used() {}
+"""
+
+
+def test_declarations_of_a_tree_with_errors_are_recovered():
+    # immer's src/types/types-external.ts: interface call signatures the grammar cannot read
+    doc = _doc("src/types/types-external.ts", BROKEN_TS)
+    assert _rows(chunk_document(doc)) == [
+        ("<module>", M, 1, 1),
+        ("IProduce", C, 3, 18),       # still unparsable alone: one class from the text
+        ("Producer", C, 20, 23),      # parsed again alone: a type alias with its doc
+        ("never_used", F, 25, 26),
+    ]
+    _check_partition(doc)
+    stats = language_stats(chunk_document(doc))
+    assert stats["lang/typescript/files_with_errors"] == 1
+    assert stats["parse_errors/typescript"] == "src/types/types-external.ts"
+
+
+def test_files_with_errors_are_counted_and_named():
+    ok = _doc("src/ok.ts", "export function f() {}\n")
+    docs = [_doc(f"src/b{i}.ts", BROKEN_TS) for i in range(4)] + [ok]
+    stats = language_stats([c for d in docs for c in chunk_document(d)])
+    assert stats["lang/typescript/files_with_errors"] == 4
+    assert stats["parse_errors/typescript"] == "src/b0.ts, src/b1.ts, src/b2.ts"
+    line = describe_languages(stats)
+    assert "typescript 17 chunks (5 files by symbol, 0 in windows, 4 with parse errors: " \
+           "src/b0.ts, src/b1.ts, src/b2.ts, ...)" in line
+    # no error: nothing said
+    assert "parse errors" not in describe_languages(language_stats(chunk_document(ok)))
+
+
+def test_module_lines_between_symbols_do_not_make_errors():
+    # <module> lines are placed back among symbols without their line numbers: a file that
+    # parses must not be counted (a namespace's braces and a multi-line const between members)
+    text = ("export namespace util {\n"
+            "  export function a() {}\n"
+            "\n"
+            "  export const keys =\n"
+            "    typeof Object.keys === 'function'\n"
+            "      ? (o: any) => Object.keys(o)\n"
+            "      : (o: any) => [];\n"
+            "\n\n\n"
+            "  export function b() {}\n"
+            "}\n")
+    go = "package p\n\ntype (\n\tA int\n\n\n\tB string\n)\n\nvar x = 1\n"
+    go2 = "package p\n\ntype (\n\tA int\n\tB string\n)\n\nvar x = 1\n"
+    chunks = [c for path, t in (("u.ts", text), ("g.go", go), ("h.go", go2))
+              for c in chunk_document(_doc(path, t))]
+    stats = language_stats(chunks)
+    assert stats["lang/typescript/files_with_errors"] == 0
+    assert stats["lang/go/files_with_errors"] == 0
+
+
+# --------------------------------------------------------------------------- local classes
+
+
+def test_classes_in_a_top_level_function_are_chunks():
+    # immer's enableMapSet: classes declared in a plugin function
+    text = ("export function enableMapSet() {\n"   # 1
+            "  /** A draft Map. */\n"              # 2
+            "  class DraftMap extends Map {\n"     # 3
+            "    get(key) {\n"                     # 4
+            "      return 1;\n"                    # 5
+            "    }\n"                              # 6
+            "  }\n"                                # 7
+            "  function helper() {}\n"             # 8: a nested function stays
+            "  return DraftMap;\n"                 # 9
+            "}\n"                                  # 10
+            "const f = () => { class L {} };\n")   # 11: arrow functions too
+    doc = _doc("src/plugins/mapset.ts", text)
+    assert _rows(chunk_document(doc)) == [
+        ("enableMapSet", F, 1, 10),                 # 1, 8, 9, 10
+        ("enableMapSet.DraftMap", C, 2, 7),         # 2, 3, 7
+        ("enableMapSet.DraftMap.get", ME, 4, 6),
+        ("f", F, 11, 11),                           # one line: L stays in f
+    ]
+    _check_partition(doc)
+    # methods and Python keep theirs: a class in a method stays in the method
+    text = "class A {\n  m() {\n    class B {}\n  }\n}\n"
+    assert _rows(chunk_document(_doc("a.ts", text))) == [("A", C, 1, 5), ("A.m", ME, 2, 4)]
+    py = "def f():\n    class A:\n        pass\n    return A\n"
+    assert _rows(chunk_document(_doc("a.py", py))) == [("f", F, 1, 4)]

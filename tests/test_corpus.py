@@ -172,6 +172,42 @@ def test_nested_gitignore_negation_overrides_parent(tmp_path: Path):
     ("README.md", "documentation"),
     ("src/flask/py.typed", "other"),
     ("keep.log", "other"),
+    # other languages' test conventions
+    ("uuid_test.go", "test"),                           # Go
+    ("src/arrow/memory_pool_test.cc", "test"),          # *_test.<source suffix>
+    ("src/immer.test.ts", "test"),                      # JS/TS *.test.*, *.spec.*
+    ("src/App.test.tsx", "test"),
+    ("lib/a.test.js", "test"),
+    ("lib/a.spec.jsx", "test"),
+    ("lib/a.spec.mjs", "test"),
+    ("lib/a.test.cjs", "test"),
+    ("src/a.spec.mts", "test"),
+    ("src/index.test-d.ts", "test"),                    # tsd type tests
+    ("src/__tests__/produce.ts", "test"),               # Jest directories
+    ("src/__mocks__/fs.js", "test"),
+    ("spec/models/user_spec.rb", "test"),               # RSpec directory and name
+    ("lib/user_spec.rb", "test"),
+    ("lib/user_test.rb", "test"),                       # minitest
+    ("src/test/java/org/x/RouterTest.java", "test"),    # Java src/test/
+    ("src/main/java/org/x/RouterTest.java", "test"),    # JUnit class name
+    ("src/main/java/org/x/Router.java", "source"),
+    ("tests/it.rs", "test"),                            # Rust integration tests
+    ("src/ControllerTest.php", "test"),                 # PHPUnit
+    ("src/Contest.php", "source"),                      # not a test: no capital T
+    ("MyLib.Tests/RouterTests.cs", "test"),             # .NET test project
+    ("MyLib.UnitTests/Helpers.cs", "test"),
+    ("MyLib/Router.cs", "source"),
+    ("Tests/RouterTests.swift", "test"),
+    ("src/types/types-external.ts", "source"),
+    ("src/latest.ts", "source"),                        # "test" inside a word
+    ("src/spec.ts", "source"),                          # a file named spec is source
+    ("lib/contest_results.go", "source"),
+    ("index.cjs", "source"),                            # every suffix chunked by symbol
+    ("typings/esm.d.mts", "source"),
+    ("index.d.cts", "source"),
+    ("build.gradle.kts", "source"),
+    ("examples/app.test.ts", "example"),                # example still beats test
+    ("package.json", "config"),                         # config still beats test
 ])
 def test_categorize(path: str, category: str):
     assert categorize(path) == category

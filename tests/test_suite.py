@@ -96,3 +96,59 @@ def test_suite_multirun_rows_per_corpus_and_summary(tmp_path):
     report = (tmp_path / "ledger.md").read_text()
     assert "# Suites" in report and "## Suite `two`" in report
     assert "| `search.mode=bm25` |" in report and "MRR rag-shop-a" in report
+
+
+def test_suite_macro_is_absent_when_a_corpus_has_no_row():
+    from rag.ledger.report import LedgerRow, render_suites
+    from rag.ledger.sweep import suite_summary
+
+    def row(exp, job, mrr, t, **extra):
+        return LedgerRow(run_id=exp + job, experiment=exp, run_name="", start_time_ms=t,
+                         metrics={"mrr": mrr, "recall_at_8": mrr / 2, **extra},
+                         tags={"sweep_job": job, "suite": "s", "sweep_id": "S1",
+                               "sweep_name": "routing", "sweep_baseline": "search.mode=dense"})
+
+    rows = [row("rag-a", "corpus=a search.mode=dense", 0.6, 1),
+            row("rag-b", "corpus=b search.mode=dense", 0.3, 2),
+            row("rag-a", "corpus=a search.mode=bm25", 0.7, 3, mrr_delta=0.1, mrr_p_holm=0.01)]
+    table = suite_summary(rows)
+    assert table[0]["macro"]["mrr"] == pytest.approx(0.45)
+    assert "mrr" not in table[1]["macro"] and table[1]["corpora_with_rows"] == "1/2"
+    text = "\n".join(render_suites(rows))
+    assert "| `search.mode=bm25` | 0.700 (+0.100, p 0.010*) | — | n/a (1/2 corpora) |" in text
+
+
+def test_tsv_topics_mentioning_topic_tags_stay_tsv(tmp_path):
+    from rag.datasets.trec import read_topics
+
+    f = tmp_path / "t.tsv"
+    f.write_text("q1\thow do I render the page\nq2\twhat is <topic> in DITA\n")
+    assert [(t.id, t.text) for t in read_topics(f)] == [
+        ("q1", "how do I render the page"), ("q2", "what is <topic> in DITA")]
+
+
+def test_suite_corpora_read_hydra_sweep_syntax(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rag.config import PathsConfig
+    from rag.ledger.sweep import suite_corpora
+
+    conf = tmp_path / "conf"
+    for name in ("a", "b"):
+        write_tree(conf / "corpus", {f"{name}.yaml": f"path: /src/{name}\nname: corpus-{name}\n"})
+
+    def cfg(params, task=()):
+        return OmegaConf.create({
+            "suite": {"name": "s"}, "paths": OmegaConf.structured(PathsConfig),
+            "dataset": {"format": "none", "name": None},
+            "hydra": {"sweeper": {"params": {"corpus": params}},
+                      "overrides": {"task": list(task)},
+                      "runtime": {"config_sources": [{"path": str(conf), "schema": "file"}]}}})
+
+    assert suite_corpora(cfg("a,b")) == {"a": "corpus-a", "b": "corpus-b"}
+    assert suite_corpora(cfg("choice(a,b)")) == {"a": "corpus-a", "b": "corpus-b"}
+    assert suite_corpora(cfg("a,b", ["corpus=b"])) == {"b": "corpus-b"}
+    with pytest.raises(ValueError, match="list the corpora"):
+        suite_corpora(cfg("glob(*)"))
+    with pytest.raises(ValueError, match="corpus 'c' has no config"):
+        suite_corpora(cfg("a,c"))

@@ -158,3 +158,26 @@ def test_clean_up_never_deletes_the_new_build(built, embedder, tmp_path):
     assert new.is_dir() and versioned.read_manifest(root)["build_id"] == new.name
     index, _ = versioned.load_current(root, embedder, expect={"corpus_root": "/x"})
     assert len(index.chunks) == len(built.chunks)
+
+
+def test_a_build_made_under_other_walk_rules_is_rebuilt_not_served(tmp_path, capsys):
+    """A build published with secrets indexed (or by an older version) is never served to a
+    search that runs under other settings: it is rebuilt, saying which settings differ."""
+    from rag.search_cli import _load
+
+    repo = tmp_path / "leak"
+    repo.mkdir()
+    (repo / "app.py").write_text("def f():\n    return 1\n")
+    (repo / ".env").write_text("GITHUB_TOKEN=ghp_SuperSecretTokenValue123\n")
+    over = [f"paths.cache_dir={tmp_path / 'cache'}"]
+    _, built, manifest = _load([*over, "corpus.index_secrets=true"], publish=True, corpus_dir=repo)
+    assert ".env" in built.paths and manifest["settings"]["corpus"]["index_secrets"] is True
+    _, index, again = _load(over, corpus_dir=repo)
+    assert ".env" not in index.paths and again["build_id"] != manifest["build_id"]
+    assert "other settings (corpus.index_secrets); rebuilding it" in capsys.readouterr().err
+    # a build that records no settings (an older version's) is rebuilt too
+    from rag.index import versioned
+
+    assert versioned.settings_changes({}, again["settings"]) == ["all (recorded by an older version)"]
+    _, same, third = _load(over, corpus_dir=repo)
+    assert third["build_id"] == again["build_id"]  # unchanged settings: the build is served

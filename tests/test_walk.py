@@ -526,3 +526,208 @@ def test_without_a_git_binary_the_gitignore_walk_is_used(git_repo: Path, monkeyp
     paths, stats = _walk(git_repo)
     assert stats.listing == "filesystem"
     assert "notes.local" in paths and "debug.log" not in paths  # only .gitignore applies
+
+
+# --------------------------------------------------------------------------- secrets, round 2
+# Every credential below is assembled at run time (this file is indexed when rag indexes
+# itself, and must not hold one); the values are made up.
+
+_PEM_LINES = _block("RSA").splitlines()
+_SK = "wJ8rXUtnFEMI/K7MDENG" + "bPxRfiCYzq9AbCdEfGh1"  # 40 characters, AWS secret-like
+_AKID = "AKIA" + "Q3RT7ZL2MXWPV4NB"
+_TOKEN_KEY = ":_auth" + "Token="
+_NPM = "npm_" + "Zx81kQ" * 6
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize("prefix", ["", "// ", "# ", " * ", "> ", ";; ", "-- ", "| ", "% ",
+                                    "> > ", "\t"])
+def test_private_key_lines_with_a_comment_or_quote_prefix_are_keys(prefix: str):
+    text = "\n".join(prefix + line for line in _PEM_LINES) + "\n"
+    assert secret_kind("notes.txt", text.encode()) == "private_key"
+    # the documentation stub stays a stub whatever the prefix
+    stub = "\n".join(prefix + line for line in
+                     [_PEM_LINES[0], "MIIEpAIBAAKCAQEA...", _PEM_LINES[-1]]) + "\n"
+    assert secret_kind("notes.txt", stub.encode()) is None
+
+
+@pytest.mark.parametrize("text", [
+    # a Javadoc / C block comment
+    "/**\n" + "".join(f" * {ln}\n" for ln in _PEM_LINES) + " */\nclass A {}\n",
+    # HTML with <br> after each line, and in one line
+    "<p>" + "<br>\n".join(_PEM_LINES) + "<br></p>\n",
+    "<pre>" + "<br/>".join(_PEM_LINES) + "</pre>\n",
+    # SQL: lines joined with '||chr(10)||'
+    "INSERT INTO keys VALUES ('" + "'||chr(10)||'".join(_PEM_LINES) + "');\n",
+    # T-SQL: + CHAR(10) +
+    "SELECT '" + "' + CHAR(10) + '".join(_PEM_LINES) + "';\n",
+    # Java/JS string concatenation with a trailing +
+    "String k =\n" + "".join(f'    "{ln}\\n" +\n' for ln in _PEM_LINES) + '    "";\n',
+    # YAML block, JSON inside JSON (doubled escapes)
+    "tls:\n  key: |\n" + "".join(f"    {ln}\n" for ln in _PEM_LINES),
+    '{"a": "{\\"k\\": \\"' + "\\\\n".join(_PEM_LINES) + '\\"}"}\n',
+    # numbered listing: no stripping rule applies, the END marker bounds the material
+    "".join(f"{i:03d} {ln}\n" for i, ln in enumerate(_PEM_LINES, 1)),
+    # a UTF-8 BOM first
+    "\ufeff" + "\n".join(_PEM_LINES) + "\n",
+])
+def test_private_key_blocks_in_any_wrapping(text: str):
+    assert secret_kind("doc.txt", text.encode()) == "private_key"
+
+
+def test_the_marker_far_from_material_is_not_a_key():
+    # material more than PEM_WINDOW_LINES lines after a BEGIN marker is not its key
+    text = (_PEM_LINES[0] + "\n" + "x = 1\n" * 120 + "\n".join(_PEM_LINES[1:-1]) + "\n")
+    assert secret_kind("a.py", text.encode()) is None
+    # a marker, then code of bare words: no line of 24 base64 characters
+    code = _PEM_LINES[0] + "\n" + "    pass\n    return\n    continue\n" * 10
+    assert secret_kind("a.py", code.encode()) is None
+
+
+@pytest.mark.parametrize("path, data, kind", [
+    (".env", b"\xef\xbb\xbfAPI_KEY=abc\n", "env_credentials"),
+    (".env.local", b"\xef\xbb\xbfDATABASE_URL=postgres://a:b9x@h/d\n", "env_credentials"),
+    (".pypirc", b"\xef\xbb\xbfpassword = pypi-AgEIcHlwaS5vcmc\n", "pypirc_password"),
+    ("credentials", b"\xef\xbb\xbfaws_secret_access_key = abc123\n", "aws_credentials"),
+    (".pgpass", b"\xef\xbb\xbfdb:5432:app:app:S3cr3t\n", "pgpass"),
+    (".env", b"\xef\xbb\xbfDEBUG=1\n", None),
+])
+def test_a_byte_order_mark_hides_nothing(path: str, data: bytes, kind: str | None):
+    assert secret_kind(path, data) == kind
+
+
+@pytest.mark.parametrize("path, text, kind", [
+    # AWS, in any text file
+    ("notes.txt", f"aws_secret_access_key = {_SK}\n", "aws_credentials"),
+    ("app/settings.py", f'AWS_SECRET_ACCESS_KEY = "{_SK}"\n', "aws_credentials"),
+    ("out.json", f'{{"Credentials": {{"SecretAccessKey": "{_SK}"}}}}\n', "aws_credentials"),
+    ("deploy.sh", f"export ID={_AKID}\nexport S={_SK}\n", "aws_credentials"),  # a pair
+    ("docs/aws.md", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n"
+                    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n", None),
+    ("a.py", f"KEY_ID = '{_AKID}'\n", None),                          # an id alone
+    ("a.py", f"ID = '{_AKID}'\nSHA = '{'0123456789abcdef' * 2}01234567'\n", None),  # hex
+    ("a.py", "aws_secret_access_key = os.environ['AWS_SECRET_ACCESS_KEY']\n", None),
+    # npm
+    ("ci/npmrc.txt", f"//registry.npmjs.org/{_TOKEN_KEY}{_NPM}\n", "npm_token"),
+    ("README.md", f"//registry.npmjs.org/{_TOKEN_KEY}${{NPM_TOKEN}}\n", None),
+    ("README.md", f"//registry.npmjs.org/{_TOKEN_KEY}MYTOKEN1\n", None),
+    (".npmrc", "_auth = " + _b64("me:pw9") + "\n", "npm_token"),
+    ("web/.npmrc", "registry=https://registry.example.com/\n", None),
+    # .pgpass
+    (".pgpass", "db.internal:5432:app:app:S3cr3t!\n", "pgpass"),
+    ("home/.pgpass", "# host:port:database:user:password\nlocalhost:5432:*:me:\n", None),
+    # docker config.json
+    (".docker/config.json", '{"auths": {"https://index.docker.io/v1/": {"auth": "'
+     + _b64("me:hunter22") + '"}}}\n', "docker_auth"),
+    ("notes.md", '"auths": {"r.example": {"auth": "' + _b64("me:hunter22") + '"}}\n',
+     "docker_auth"),
+    ("x.json", '{"auths": {"r": {"auth": ""}, "q": {"auth": "' + _b64("me:<password>")
+     + '"}}}\n', None),
+    # URLs with a password, in config-like files only
+    ("git/config", '[remote "origin"]\n\turl = https://me:' + "ghp_a1B2c3@github.com/x/y\n",
+     "url_password"),
+    ("conf/app.yaml", "db: postgres://app:Xk29fj@db.internal/app\n", "url_password"),
+    ("requirements.txt", "git+https://me:" + "t0kEn9@git.example.com/x.git\n", "url_password"),
+    ("x.ini", "url = https://u:$uperS3cret@h/\n", "url_password"),
+    ("x.ini", "url = https://u:$DB_PASSWORD@h/\n", None),
+    ("settings.toml", 'url = "redis://:${REDIS_PASSWORD}@cache"\n', None),
+    ("setup.cfg", "url = https://user:password@host/\n", None),
+    (".github/workflows/ci.yml", "DATABASE_URL: postgres://postgres:postgres@localhost/t\n",
+     None),
+    ("conf/app.yaml", "db: postgres://app:{{ db_password }}@db/app\n", None),
+    ("README.md", "postgres://app:Xk29fj@db.internal/app\n", None),      # docs: not config
+    ("tests/test_db.py", "URL = 'postgres://app:Xk29fj@localhost/db'\n", None),
+    # .env-like names
+    (".env-local", "API_KEY=abc\n", "env_credentials"),
+    (".env_prod", "DATABASE_URL=postgres://a:b9x@h/d\n", "env_credentials"),
+    ("env.json", '{\n  "API_KEY": "abc123",\n  "DEBUG": true\n}\n', "env_credentials"),
+    ("env.json", '{\n  "API_KEY": "",\n  "TOKEN": "<token>"\n}\n', None),
+    (".env", "DB_PASSWORD=$uperS3cret\n", "env_credentials"),   # not an UPPER_CASE variable
+    (".env", "DB_PASSWORD=$DB_PASSWORD_FROM_VAULT\nAPI_KEY=password\n", None),
+])
+def test_content_secrets_in_any_file(path: str, text: str, kind: str | None):
+    assert secret_kind(path, text.encode()) == kind
+
+
+def test_extra_documents_are_checked_for_secrets(tmp_path: Path):
+    from rag.corpus.walk import Document
+    from rag.index.build import build_index
+
+    root = _write(tmp_path / "t", {"src/app.py": "def run():\n    return 1\n"})
+    extra = [Document(path="issues/1.md", category="issue", size=1,
+                      text="Our key, sorry:\n\n```\n" + _block("RSA") + "```\n"),
+             Document(path="issues/2.md", category="issue", size=1,
+                      text=f"creds: aws_secret_access_key={_SK}\n"),
+             Document(path="issues/3.md", category="issue", size=1, text="A plain bug.\n")]
+    idx = build_index(root, embedder=None, cache_dir=None, progress=False, extra_docs=extra)
+    assert idx.paths == {"src/app.py", "issues/3.md"}
+    assert idx.stats["files_skipped_secret"] == 2 and idx.stats["files_issue"] == 1
+    assert not any(_B64 in c.text or _SK in c.text for c in idx.chunks)
+    opt_in = build_index(root, embedder=None, cache_dir=None, progress=False,
+                         extra_docs=extra, walk={"index_secrets": True})
+    assert opt_in.paths == {"src/app.py", "issues/1.md", "issues/2.md", "issues/3.md"}
+
+
+def test_beir_ids_named_like_secrets_are_kept_and_secret_documents_reported(tmp_path: Path):
+    import json
+
+    from rag.datasets.beir import mapped_path, original_doc_id, prepare_beir
+    from rag.datasets.common import DatasetError
+
+    assert mapped_path("identity") == "_ids/identity_doc"
+    assert mapped_path("x.p12") == "_ids/x.p12_doc"
+    assert mapped_path("credentials") == "_ids/credentials_doc"
+    assert mapped_path("prod.env") == "_ids/prod.env_doc"
+    assert mapped_path("id_rsa") == "_ids/id_5Frsa"      # escaping already hides the name
+    assert mapped_path("doc1") == "_ids/doc1" and mapped_path("x.json") == "_ids/x.json"
+    corpus = [{"_id": "identity", "text": "who am I"}, {"_id": "x.p12", "text": "a note"},
+              {"_id": "prod.env", "text": "API_KEY=abc\n"},
+              {"_id": "leak", "text": _block("RSA")},
+              {"_id": "aws", "text": f"aws_secret_access_key = {_SK}\n"}]
+    src = tmp_path / "b"
+    src.mkdir()
+    (src / "qrels").mkdir()
+    (src / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (src / "queries.jsonl").write_text('{"_id": "q1", "text": "who"}\n')
+    (src / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\tidentity\t1\nq1\tx.p12\t1\nq1\tprod.env\t1\n")
+    p = prepare_beir(src, split="test", name="b", cache_root=tmp_path / "c")
+    files = sorted(str(f.relative_to(p.corpus_root)) for f in p.corpus_root.rglob("*"))
+    assert files == ["_ids", "_ids/identity_doc", "_ids/prod.env_doc", "_ids/x.p12_doc"]
+    paths, stats = _walk(p.corpus_root)
+    assert sorted(paths) == files[1:] and stats.skipped["secret"] == 0
+    assert original_doc_id("_ids/identity_doc", p.manifest) == "identity"
+    assert p.manifest["counts"]["secrets"] == 2 and p.manifest["counts"]["files"] == 3
+    assert "2 documents hold a secret and are not written (the corpus walk never indexes " \
+           "one): corpus.jsonl:4 (private_key), corpus.jsonl:5 (aws_credentials)" \
+           in p.manifest["notes"]
+    # a label on a secret document: an error that says so, with the corpus line
+    (src / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tleak\t1\n")
+    with pytest.raises(DatasetError, match=r"test\.tsv:2: document 'leak' \(corpus\.jsonl:4\) "
+                                           r"holds a secret \(private_key\)"):
+        prepare_beir(src, split="test", name="b", cache_root=tmp_path / "c")
+
+
+def test_stat_fingerprint_sees_empty_directories(tmp_path: Path):
+    from rag.index.build import build_index
+    from rag.index.store import stat_fingerprint
+
+    root = _write(tmp_path / "t", {"src/app.py": "def run():\n    return 1\n",
+                                   "build/tool.py": "def tool():\n    return 2\n"})
+    store = tmp_path / "store"
+    first = build_index(root, embedder=None, cache_dir=None, progress=False, chunk_store=store,
+                        walk={"use_git": False})
+    assert first.paths == {"src/app.py", "build/tool.py"}  # no build traces: source
+    before = stat_fingerprint(root)
+    (root / "build" / "CMakeFiles").mkdir()  # an empty directory: build/ is now an output
+    assert stat_fingerprint(root) != before
+    again = build_index(root, embedder=None, cache_dir=None, progress=False, chunk_store=store,
+                        walk={"use_git": False})
+    assert again.stats["corpus_read"] == 1 and again.paths == {"src/app.py"}
+    (root / "empty").mkdir()
+    assert stat_fingerprint(root) != stat_fingerprint(root / "src")

@@ -22,7 +22,9 @@ before truncating it (README, "Limits").
 
 Python, Markdown, reST and windows make exactly the chunks of ``CHUNKER_VERSION`` 2; version 3
 adds symbol chunks for the languages of :data:`rag.corpus.languages.LANGUAGES` (TypeScript,
-JavaScript, Go, Rust, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift), which were windows before.
+JavaScript, Go, Rust, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift), which were windows before;
+version 4 changes only those languages' symbol chunks (doc comments across one blank line,
+recovery of declarations in trees with errors, classes in JS/TS functions).
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ from rag.corpus.walk import Document
 # 2: long lines and oversized chunks are split (bound_chunk); other chunks are as in 1
 # 3: symbol chunks for the tree-sitter languages (rag/corpus/languages.py), which were windows;
 #    Python, Markdown, reST and windows of other files as in 2
-CHUNKER_VERSION = "3"
+# 4: tree-sitter languages: a doc comment one blank line above a declaration is its own;
+#    declarations a tree with errors lost are recovered; classes in a top-level JS/TS function
+#    are chunks (rag/corpus/languages.py); Python, Markdown, reST and windows as in 3
+CHUNKER_VERSION = "4"
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).
@@ -354,7 +359,8 @@ def chunk_code(doc: Document, *, window_lines: int = 60, overlap: int = 10,
     (:func:`_pack`); ``<module>`` lines are also cut into parts of at most ``window_lines``
     lines (a test file of ``describe(...)`` calls is all module code). Every chunk is bounded
     by :func:`bound_chunk`. A file of another suffix, one whose tree has errors and no
-    symbol, or a minified one, falls back to :func:`chunk_windows`.
+    symbol (none found by the grammar nor recovered from the text), or a minified one, falls
+    back to :func:`chunk_windows`.
     """
     _check_bounds(max_chunk_chars, max_line_chars)
     spec = language_for(doc.path)
@@ -499,19 +505,32 @@ def chunk_windows(doc: Document, *, window_lines: int = 60, overlap: int = 10,
     return out
 
 
+#: ``corpus.chunker``: ``symbol`` (the dispatch of :func:`chunk_document`) or ``window`` (every
+#: file in line windows, :func:`chunk_windows`).
+CHUNKERS = ("symbol", "window")
+
+
 def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10,
                    max_chunk_chars: int = MAX_CHUNK_CHARS,
-                   max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
+                   max_line_chars: int = MAX_LINE_CHARS, chunker: str = "symbol") -> list[Chunk]:
     """Dispatch on the file suffix: ``.py``/``.pyi`` by symbol (``ast``), the suffixes of
     :data:`rag.corpus.languages.LANGUAGES` by symbol (tree-sitter), ``.md``/``.rst`` by section,
-    anything else by windows.
+    anything else by windows. With ``chunker="window"`` every file (code, documentation,
+    issues) is cut into windows of ``window_lines`` lines sharing ``overlap`` lines.
 
     Every path bounds its chunks (``max_chunk_chars``, ``max_line_chars``: see
     :func:`bound_chunk`).
+
+    Raises:
+        ValueError: an unknown ``chunker`` (:data:`CHUNKERS`).
     """
     name = doc.path.lower()
     opts = dict(window_lines=window_lines, overlap=overlap, max_chunk_chars=max_chunk_chars,
                 max_line_chars=max_line_chars)
+    if chunker not in CHUNKERS:
+        raise ValueError(f"chunker must be one of {list(CHUNKERS)}, got {chunker!r}")
+    if chunker == "window":
+        return chunk_windows(doc, **opts)
     if doc.category in ("issue", "pull_request"):  # title heading + body, Markdown
         return chunk_sections(doc, rst=False, **opts)
     if name.endswith((".py", ".pyi")):
@@ -527,9 +546,10 @@ def chunk_document(doc: Document, *, window_lines: int = 60, overlap: int = 10,
 
 def chunk_documents(docs: Iterable[Document], *, window_lines: int = 60, overlap: int = 10,
                     max_chunk_chars: int = MAX_CHUNK_CHARS,
-                    max_line_chars: int = MAX_LINE_CHARS) -> Iterator[Chunk]:
+                    max_line_chars: int = MAX_LINE_CHARS,
+                    chunker: str = "symbol") -> Iterator[Chunk]:
     """Chunk every document in order (see :func:`chunk_document`)."""
     for doc in docs:
         yield from chunk_document(doc, window_lines=window_lines, overlap=overlap,
                                   max_chunk_chars=max_chunk_chars,
-                                  max_line_chars=max_line_chars)
+                                  max_line_chars=max_line_chars, chunker=chunker)

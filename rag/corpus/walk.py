@@ -63,7 +63,20 @@ _SOURCE_SUFFIXES = {
     ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".go", ".rs", ".java", ".kt", ".c",
     ".h", ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".scala", ".sh", ".bash",
     ".html", ".htm", ".jinja", ".j2", ".css", ".scss", ".sql", ".lua", ".pl", ".r",
+    # the other suffixes rag.corpus.languages chunks by symbol
+    ".cjs", ".mts", ".cts", ".kts", ".cxx", ".c++", ".hh", ".hxx", ".h++",
 }
+#: directories whose files are tests: Python/Java (src/test/)/Rust/Go tests/ and test/,
+#: RSpec and Jasmine spec/, Jest __tests__/ and its module mocks __mocks__/ (test doubles that
+#: only tests load)
+_TEST_DIRS = {"tests", "test", "testing", "spec", "__tests__", "__mocks__"}
+#: a .NET test project's directory: MyLib.Tests/, MyLib.UnitTests/, MyLib.Test/
+_TEST_PROJECT = re.compile(r".\.(?:unit|integration)?tests?$")
+#: test file names by convention: foo.test.ts / foo.spec.js / foo.test-d.ts (JS, TS), and
+#: FooTest.php / FooTests.cs / FooTest.java / FooTests.swift (PHPUnit, xUnit, JUnit,
+#: XCTest: a capital T after a lower-case letter or digit, so Contest.php stays source)
+_TEST_NAME = re.compile(r"\.(?:test|spec|test-d)\.[cm]?[jt]sx?$"
+                        r"|[a-z0-9]Tests?\.(?:php|cs|java|kt|swift)$")
 _DOC_SUFFIXES = {".md", ".markdown", ".rst", ".txt", ".adoc"}
 _CONFIG_SUFFIXES = {".toml", ".ini", ".cfg", ".yaml", ".yml", ".json", ".lock", ".conf"}
 _CONFIG_NAMES = {
@@ -177,17 +190,29 @@ def categorize(path: str) -> str:
 
     Order matters: example beats test (``examples/tutorial/tests/test_auth.py`` is example
     code), test beats source, and named config files beat their suffix.
+
+    A test is a file under a directory :data:`_TEST_DIRS` names (``tests/``, ``test/``,
+    ``testing/``, ``spec/``, ``__tests__/``, ``__mocks__/``; Java's ``src/test/`` and Rust's
+    ``tests/`` among them) or a .NET test project (``MyLib.Tests/``); a ``test_*`` file; a
+    source file ``*_test.*`` (Python, Go ``uuid_test.go``, C++ ``foo_test.cc``, Ruby minitest)
+    or ``*_spec.rb`` (RSpec); a JS/TS ``*.test.*``, ``*.spec.*`` or ``*.test-d.*`` (``.ts``,
+    ``.tsx``, ``.js``, ``.jsx``, ``.mjs``, ``.cjs``, ``.mts``, ``.cts``); a PHPUnit, xUnit,
+    JUnit or XCTest class file ``FooTest.php``, ``FooTests.cs``, ``FooTest.java``,
+    ``FooTests.swift``.
     """
     p = PurePosixPath(path)
     parts = [s.lower() for s in p.parts[:-1]]
     name = p.name.lower()
     suffix = p.suffix.lower()
+    stem = name[:-len(suffix)] if suffix else name
     if any(s in ("examples", "example") for s in parts):
         return "example"
     if name in _CONFIG_NAMES or suffix in _CONFIG_SUFFIXES or name.startswith("requirements"):
         return "config"
-    if any(s in ("tests", "test", "testing") for s in parts) or name.startswith("test_") \
-            or name.endswith("_test.py"):
+    if any(s in _TEST_DIRS or _TEST_PROJECT.search(s) for s in parts) \
+            or name.startswith("test_") or name.endswith("_test.py") \
+            or (suffix in _SOURCE_SUFFIXES and stem.endswith("_test")) \
+            or name.endswith("_spec.rb") or _TEST_NAME.search(p.name):
         return "test"
     if suffix in _DOC_SUFFIXES or p.stem.lower() in _DOC_STEMS or any(s in ("docs", "doc") for s in parts):
         return "documentation"
@@ -242,24 +267,66 @@ def _is_binary(head: bytes) -> bool:
 # --------------------------------------------------------------------------- secrets
 
 _PEM_BEGIN = re.compile(rb"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----")
-# what may follow a BEGIN line inside a key block: base64, PEM headers (Proc-Type: 4,ENCRYPTED),
-# whitespace, and the quotes and \n escapes of a key pasted into a string literal or JSON
-_PEM_BODY = re.compile(rb"[A-Za-z0-9+/=:,\s\\\"'-]*")
+_PEM_END = re.compile(rb"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+#: how far after a BEGIN line key material is looked for (lines, and bytes)
+PEM_WINDOW_LINES = 100
+_PEM_WINDOW_BYTES = 65536
+# line breaks spelled out inside the text: \n escapes (also doubled: JSON inside JSON), HTML
+# <br> and &#10;, SQL '||chr(10)||' and T-SQL '+CHAR(10)+' joins
+_PEM_BREAKS = re.compile(
+    rb"\\+[nr]|<br\s*/?>|&#(?:10|13|x0?[aAdD]);"
+    rb"|(?i:(?:\|\||\+|&)\s*n?(?:chr|char)\s*\(\s*1[03]\s*\)\s*(?:\|\||\+|&)?)")
+# what decorates a key's lines: comment and quote prefixes (# // /* * > ;; -- | % ! REM),
+# string quotes and concatenation, HTML tags, and their closing counterparts
+_PEM_HEAD = re.compile(
+    rb"^(?:\s|[#*>;|%!'\"`(\[{,&]|//|/\*+|--|<!--|<[A-Za-z/!][^>]*>|\\"
+    rb"|[+.](?=[\s'\"`])|(?i:rem|dnl)\s)+")
+_PEM_TAIL = re.compile(
+    rb"(?:\s|[,;|)\]}'\"`\\*&+.]|\*/|-->|<[A-Za-z/!][^>]*>)+$")
+_PEM_HEADER = re.compile(rb"^[A-Za-z][A-Za-z0-9-]*:\s*\S")  # Proc-Type:, DEK-Info:, Version:
+_PEM_LINE = re.compile(rb"^[A-Za-z0-9+/]+={0,3}$")
+_PEM_TOKEN = re.compile(rb"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,}={0,3}")
+_PEM_MIN_BASE64 = 40  # real keys carry hundreds; "MIIE...": a documentation stub, not a key
 _PUTTY_KEY = re.compile(rb"^PuTTY-User-Key-File-[0-9]+: ", re.M)
 _PUTTY_PRIVATE = re.compile(rb"^Private-Lines: [0-9]+", re.M)
-_PEM_MIN_BASE64 = 40  # real keys carry hundreds; "MIIE...": a documentation stub, not a key
 _SSH_KEY_NAMES = {"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk",
                   "identity"}
 _KEYSTORE_SUFFIXES = {".jks", ".keystore", ".p12", ".pfx", ".jceks", ".bks", ".ppk"}
-_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.\-]*)\s*[=:]\s*(.*?)\s*$")
+_ENV_LINE = re.compile(
+    r"^\s*(?:export\s+|\{\s*)?([\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1\s*[=:]\s*(.*?)\s*,?\s*$")
 _CRED_NAME = re.compile(
     r"KEY|SECRET|TOKEN|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL|PRIVATE"
     r"|(?:^|[_.\-])(?:PASS|PWD|AUTH|DSN)(?:[_.\-]|$)")
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:([^/\s@]+)@")
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^/\s:@\"'<>]*):([^/\s@\"'<>]+)@")
 _PLACEHOLDER = re.compile(
-    r"^(?:<[^>]*>|\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|\$\([^)]*\)|([xX*._#-])\1*"
-    r"|(?i:your\b.*|your[_\-].*|changeme|change[_\-]me|replace[_\-]?me|placeholder|todo|tbd"
-    r"|none|null|nil|true|false|yes|no|0|1))$")
+    r"^(?:<[^>]*>|\$\{[^}]*\}|\$\{\{.*\}\}|\{\{.*\}\}|\{[A-Za-z_][\w.]*\}|%\([\w.]*\)s|%s"
+    r"|\$[A-Z_][A-Z0-9_]*|\$\([^)]*\)|([xX*._#-])\1*"
+    r"|(?i:your\b.*|your[_\-].*|my[_\-]?(?:password|passwd|pass|secret|token|key)\d*|changeme"
+    r"|change[_\-]me|replace[_\-]?me|placeholder|todo|tbd|none|null|nil|true|false|yes|no|0|1"
+    r"|password|passwd|pass|pwd|pw|secret|token|xxx+|\*+|dummy|fake|example|sample|test"
+    r"|foo|bar|baz|.*example.*|.*[xX*]{4,}.*))$")
+# AWS: a secret access key is 40 characters of base64; an access key id AKIA/ASIA + 16
+_AWS_SECRET = re.compile(
+    r"(?i:aws_?secret_?(?:access_?)?key|secret_?access_?key)[\"']?\s*[=:]\s*[\"']?"
+    r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
+_AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
+_AWS_SECRET_LIKE = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_PAIR_CHARS = 1000  # an access key id and a secret this close are a pair
+# npm: "//registry.example/:_authToken=..." in any file; bare _auth... in .npmrc/.yarnrc
+_NPM_SCOPED = re.compile(r"//[^\s:=]*:_(?:authToken|auth|password)\s*=\s*[\"']?([^\s#;`\"']*)")
+_NPM_BARE = re.compile(r"^\s*(?:_authToken|_auth|_password|npmAuthToken|npmAuthIdent)"
+                       r"\s*[=:]\s*(.*?)\s*$", re.M)
+# docker config.json: "auths": {"host": {"auth": "<base64 of user:password>"}}
+_DOCKER_AUTH = re.compile(r"\"(auth|identitytoken)\"\s*:\s*\"([^\"]*)\"")
+_CONFIG_SUFFIXES_FOR_URLS = {".ini", ".cfg", ".conf", ".toml", ".yaml", ".yml", ".json",
+                             ".properties", ".tfvars", ".hcl"}
+_CONFIG_NAMES_FOR_URLS = {"config", ".gitconfig", "gitconfig", ".npmrc", "npmrc", ".yarnrc",
+                          ".pypirc", ".pgpass", "pgpass", "dockerfile", ".boto", ".s3cfg"}
+
+
+def _decode(data: bytes) -> str:
+    """``data`` as UTF-8 text without a byte-order mark (a BOM must not hide a first line)."""
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
 def _strip_value(raw: str) -> str:
@@ -273,38 +340,85 @@ def _strip_value(raw: str) -> str:
 
 
 def _is_placeholder(value: str) -> bool:
+    """Empty or a stand-in: ``<...>``, ``${VAR}``, ``$VAR`` (an UPPER_CASE name only:
+    ``$uperS3cret`` is a value), ``{{ var }}``, ``%(name)s``, ``xxx``/``***``, ``changeme``,
+    ``your-...``, ``password``/``pass``/``secret``, anything holding ``example`` or ``xxxx``."""
     return value == "" or bool(_PLACEHOLDER.match(value))
 
 
+def _url_has_password(text: str) -> bool:
+    """A ``scheme://user:password@host`` URL whose password is not a placeholder (nor the
+    user name again: ``postgres://postgres:postgres@localhost`` is a CI default)."""
+    if "://" not in text:
+        return False
+    for m in _URL_PASSWORD.finditer(text):
+        user, pw = m.group(1), m.group(2)
+        if pw != user and not _is_placeholder(pw):
+            return True
+    return False
+
+
 def has_private_key_block(data: bytes) -> bool:
-    """True when ``data`` holds a private key: a ``-----BEGIN ... PRIVATE KEY-----`` line
-    (RSA, EC, DSA, OPENSSH, ENCRYPTED, PGP ... or plain PKCS#8) followed by at least
-    :data:`_PEM_MIN_BASE64` base64 characters before its END line — also when pasted into a
-    string literal or a JSON value with ``\\n`` escapes — or a PuTTY private key file."""
+    """True when ``data`` holds a private key: a ``-----BEGIN ... PRIVATE KEY-----`` marker
+    (RSA, EC, DSA, OPENSSH, ENCRYPTED, PGP ... or plain PKCS#8) followed, within
+    :data:`PEM_WINDOW_LINES` lines, by key material, or a PuTTY private key file.
+
+    Key material is a run of lines that are base64 once their decoration is stripped —
+    comment and quote prefixes (``#``, ``//``, `` * ``, ``>``, ``;;``, ``--``, ``|``, ``%``),
+    string quotes, ``+``/``.``/``||`` concatenation, ``\\n`` escapes, HTML ``<br>``, SQL
+    ``'||chr(10)||'`` joins — holding at least :data:`_PEM_MIN_BASE64` base64 characters, in
+    a line of 24 or more; or, when the matching END marker comes within the window,
+    base64 words of 16+ characters between the two markers adding up to as much. So a
+    documentation stub (``MIIE...``) and code that merely names the markers are not keys."""
     if b"PuTTY-User-Key-File-" in data and _PUTTY_KEY.search(data) \
             and _PUTTY_PRIVATE.search(data):
         return True
     if b"PRIVATE KEY" not in data:
         return False
     for m in _PEM_BEGIN.finditer(data):
-        run = _PEM_BODY.match(data, m.end(), m.end() + 65536).group(0)
-        body = re.sub(rb"\\[nrt]", b"", run.split(b"-----", 1)[0])
-        if len(re.findall(rb"[A-Za-z0-9+/]", body)) >= _PEM_MIN_BASE64:
+        window = _PEM_BREAKS.sub(b"\n", data[m.end():m.end() + _PEM_WINDOW_BYTES])
+        lines = window.split(b"\n", PEM_WINDOW_LINES + 1)[:PEM_WINDOW_LINES + 1]
+        run, between, ended = [], [], False
+        for line in lines:
+            end = _PEM_END.search(line)
+            if end is not None:
+                line, ended = line[:end.start()], True
+            between.append(line)
+            core = _PEM_TAIL.sub(b"", _PEM_HEAD.sub(b"", line))
+            if _PEM_LINE.match(core):
+                run.append(core)
+            elif core and not (_PEM_HEADER.match(core) and not run):
+                if _is_key_material(run):
+                    return True
+                run = []
+            if ended:
+                break
+        if _is_key_material(run):
             return True
+        if ended:
+            tokens = _PEM_TOKEN.findall(b"\n".join(between))
+            if _is_key_material(tokens):
+                return True
     return False
+
+
+def _is_key_material(parts: list[bytes]) -> bool:
+    """At least :data:`_PEM_MIN_BASE64` base64 characters, one line (or word) of 24 or more:
+    a key's lines are 64 characters long; code lines that are one bare word are short."""
+    return (sum(len(p.rstrip(b"=")) for p in parts) >= _PEM_MIN_BASE64
+            and any(len(p) >= 24 for p in parts))
 
 
 def _env_has_credentials(text: str) -> bool:
     """A variable named like a credential (KEY, SECRET, TOKEN, PASSWORD, ...) with a value that
     is not a placeholder, or any value that is a URL with a password in it."""
-    for line in text.splitlines():
+    for line in text.lstrip("\ufeff").splitlines():
         m = _ENV_LINE.match(line)
         if not m or line.lstrip().startswith("#"):
             continue
-        name, value = m.group(1).upper(), _strip_value(m.group(2))
+        name, value = m.group(2).upper(), _strip_value(m.group(3))
         if "://" in value:  # a URL: secret when it carries a password
-            u = _URL_PASSWORD.search(value)
-            if u and not _is_placeholder(u.group(1)):
+            if _url_has_password(value):
                 return True
         elif _CRED_NAME.search(name) and not _is_placeholder(value):
             return True
@@ -313,65 +427,245 @@ def _env_has_credentials(text: str) -> bool:
 
 def _ini_value_set(text: str, keys: tuple[str, ...]) -> bool:
     """An INI-style ``key = value`` line for one of ``keys`` whose value is not a placeholder."""
-    for line in text.splitlines():
+    for line in text.lstrip("\ufeff").splitlines():
         m = _ENV_LINE.match(line)
-        if m and m.group(1).lower() in keys and not _is_placeholder(_strip_value(m.group(2))):
+        if m and m.group(2).lower() in keys and not _is_placeholder(_strip_value(m.group(3))):
+            return True
+    return False
+
+
+def _pgpass_has_password(text: str) -> bool:
+    """A ``host:port:database:user:password`` line (``\\:`` escapes a colon) with a password."""
+    for line in text.lstrip("\ufeff").splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        fields = re.split(r"(?<!\\):", line.strip())
+        if len(fields) == 5 and not _is_placeholder(fields[4].strip()):
+            return True
+    return False
+
+
+def _aws_secret(text: str) -> bool:
+    """An AWS secret access key: assigned to ``aws_secret_access_key`` (any spelling:
+    ``AWS_SECRET_ACCESS_KEY=``, ``"SecretAccessKey": ...``), or an ``AKIA``/``ASIA`` access key
+    id with a 40-character secret-like word near it. AWS's documentation keys
+    (``...EXAMPLE...``) are placeholders."""
+    if "ecret" not in text and "ECRET" not in text and "AKIA" not in text and "ASIA" not in text:
+        return False
+    for m in _AWS_SECRET.finditer(text):
+        if _secret_like(m.group(1)):
+            return True
+    for m in _AWS_KEY_ID.finditer(text):
+        if "EXAMPLE" in m.group(0):
+            continue
+        near = text[max(0, m.start() - _AWS_PAIR_CHARS):m.end() + _AWS_PAIR_CHARS]
+        if any(_secret_like(s) for s in _AWS_SECRET_LIKE.findall(near)):
+            return True
+    return False
+
+
+def _secret_like(value: str) -> bool:
+    """A random-looking 40-character AWS secret: not a placeholder, not hex (a git SHA-1), with
+    lower and upper case letters and a digit, ``+`` or ``/``."""
+    return (not _is_placeholder(value) and "example" not in value.lower()
+            and not re.fullmatch(r"[0-9a-fA-F]+", value)
+            and re.search(r"[a-z]", value) is not None and re.search(r"[A-Z]", value) is not None
+            and re.search(r"[0-9+/]", value) is not None)
+
+
+def _npm_token(text: str, npmrc: bool) -> bool:
+    """An npm registry credential: ``//host/:_authToken=...`` (``_auth``, ``_password``) in any
+    file, or a bare ``_authToken``/``_auth``/``_password``/``npmAuthToken`` in an ``.npmrc`` or
+    ``.yarnrc``, with a value that is not a placeholder (``${NPM_TOKEN}``)."""
+    values = [m.group(1) for m in _NPM_SCOPED.finditer(text)] if ":_" in text else []
+    if npmrc:
+        values += [m.group(1) for m in _NPM_BARE.finditer(text)]
+    return any(not _is_placeholder(_strip_value(v)) for v in values)
+
+
+def _docker_auth(text: str) -> bool:
+    """A docker ``config.json``-style ``"auths"`` object with an ``"auth"`` that decodes to
+    ``user:password`` (password not a placeholder) or a non-empty ``"identitytoken"``."""
+    if "\"auths\"" not in text:
+        return False
+    import base64
+    import binascii
+
+    for m in _DOCKER_AUTH.finditer(text):
+        kind, value = m.group(1), m.group(2).strip()
+        if kind == "identitytoken":
+            if not _is_placeholder(value):
+                return True
+            continue
+        try:
+            raw = base64.b64decode(value, validate=True).decode("utf-8", errors="replace")
+        except (binascii.Error, ValueError):
+            continue
+        user, colon, pw = raw.partition(":")
+        if colon and pw != user and not _is_placeholder(pw):
             return True
     return False
 
 
 def _is_env_name(name: str) -> bool:
-    return name in (".env", ".envrc") or name.startswith(".env.") or name.endswith(".env")
+    """``.env``, ``.envrc``, ``.env.local``, ``.env-local``, ``.env_prod``, ``prod.env``,
+    ``env.json`` / ``env.yaml`` / ``env.yml`` / ``env.toml`` (lower-cased names)."""
+    return (name in (".env", ".envrc", "env.json", "env.yaml", "env.yml", "env.toml")
+            or name.startswith((".env.", ".env-", ".env_")) or name.endswith(".env"))
+
+
+def _is_config_name(name: str, suffix: str) -> bool:
+    """Config-like files, where a URL with a password is a secret (lower-cased name)."""
+    return (suffix in _CONFIG_SUFFIXES_FOR_URLS or name in _CONFIG_NAMES_FOR_URLS
+            or name.startswith("requirements") or name.endswith(".npmrc")
+            or _is_env_name(name))
+
+
+def secret_name_rule(path: str) -> str | None:
+    """The rule of :func:`secret_kind` that a file's *name* alone brings into play, or None:
+    ``keystore``, ``ssh_key``, ``netrc``, ``git_credentials`` (a secret whatever the content),
+    ``env``, ``pypirc``, ``aws``, ``pgpass``, ``npmrc`` (the content is checked for that kind of
+    credential) or ``config`` (checked for a URL with a password). Whatever the name, the
+    content checks of :func:`content_secret_kind` apply too. Code that writes files under
+    names of its choosing (BEIR conversion) keeps this None for names that are not paths."""
+    p = PurePosixPath(path)
+    name, suffix = p.name.lower(), p.suffix.lower()
+    if suffix in _KEYSTORE_SUFFIXES:
+        return "keystore"
+    if p.name in _SSH_KEY_NAMES:
+        return "ssh_key"
+    if name in (".netrc", "_netrc"):
+        return "netrc"
+    if name == ".git-credentials":
+        return "git_credentials"
+    if _is_env_name(name):
+        return "env"
+    if name == ".pypirc":
+        return "pypirc"
+    if name == "credentials" or ".aws" in p.parts[:-1]:
+        return "aws"
+    if name in (".pgpass", "pgpass", "pgpass.conf") or name.endswith(".pgpass"):
+        return "pgpass"
+    if name in (".npmrc", "npmrc", ".yarnrc", ".yarnrc.yml") or name.endswith(".npmrc"):
+        return "npmrc"
+    if _is_config_name(name, suffix):
+        return "config"
+    return None
+
+
+def content_secret_kind(data: bytes | str) -> str | None:
+    """The kind of secret a text holds whatever its file's name, or None: ``private_key``
+    (:func:`has_private_key_block`), ``aws_credentials`` (an AWS secret access key, see
+    :func:`_aws_secret`), ``npm_token`` (``//registry/:_authToken=...``), ``docker_auth``
+    (a docker ``config.json`` ``"auths"`` entry with a password). Used for files and for
+    documents that are not files (GitHub issues, BEIR documents)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="surrogatepass")
+    if has_private_key_block(data):
+        return "private_key"
+    if _is_binary(data):
+        return None
+    text = _decode(data)
+    if _aws_secret(text):
+        return "aws_credentials"
+    if _npm_token(text, npmrc=False):
+        return "npm_token"
+    if _docker_auth(text):
+        return "docker_auth"
+    return None
 
 
 def secret_kind(path: str, data: bytes) -> str | None:
     """The kind of secret a file holds, or None. ``path`` is corpus-relative (POSIX).
 
+    By name, whatever the content:
+
     * ``keystore``: ``*.jks``, ``*.keystore``, ``*.p12``, ``*.pfx``, ``*.jceks``, ``*.bks``,
-      ``*.ppk`` (by name, whatever the content);
+      ``*.ppk``;
     * ``ssh_key``: ``id_rsa``, ``id_dsa``, ``id_ecdsa``, ``id_ed25519`` (and ``_sk``),
-      ``identity`` (by name; ``id_rsa.pub`` is a public key and is kept);
-    * ``netrc`` (``.netrc``, ``_netrc``) and ``git_credentials`` (``.git-credentials``), by
-      name;
-    * ``private_key``: any file holding a private key block (:func:`has_private_key_block`):
-      a ``.pem``/``.key``, a test fixture string in a ``.py``, a JSON service-account file;
-    * ``env_credentials``: ``.env``, ``.env.*``, ``*.env``, ``.envrc`` with a variable named
-      like a credential (``*KEY*``, ``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*PASSWD*``,
-      ``*CREDENTIAL*``, ``*PRIVATE*``, ``*PASSPHRASE*``, or a ``PASS``/``PWD``/``AUTH``/``DSN``
-      word) whose value is not empty or a placeholder (``<...>``, ``$VAR``/``${VAR}``,
-      ``xxx``/``***``, ``changeme``, ``your-...``, ``placeholder``, ``todo``, ``none``,
-      ``true``/``false``, ``0``/``1``), or a URL with a password. So ``.env.example`` with
-      ``API_KEY=`` is kept, with ``API_KEY=abc`` it is skipped — the same rule for every name;
+      ``identity`` (``id_rsa.pub`` is a public key and is kept);
+    * ``netrc`` (``.netrc``, ``_netrc``) and ``git_credentials`` (``.git-credentials``).
+
+    By content, in any text file (:func:`content_secret_kind`): ``private_key``,
+    ``aws_credentials`` (an AWS secret access key), ``npm_token``, ``docker_auth``.
+
+    By content, in files of some names (:func:`secret_name_rule`):
+
+    * ``env_credentials``: ``.env``, ``.env.*``, ``.env-*``, ``.env_*``, ``*.env``, ``.envrc``,
+      ``env.json``/``env.yaml`` with a variable named like a credential (``*KEY*``,
+      ``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``, ``*PRIVATE*``,
+      ``*PASSPHRASE*``, or a ``PASS``/``PWD``/``AUTH``/``DSN`` word) whose value is not empty
+      or a placeholder (:func:`_is_placeholder`), or a URL with a password. So
+      ``.env.example`` with ``API_KEY=`` is kept, with ``API_KEY=abc`` it is skipped — the
+      same rule for every name;
     * ``pypirc_password``: ``.pypirc`` with a ``password`` value;
     * ``aws_credentials``: a file named ``credentials`` (or any file under ``.aws/``) with an
-      ``aws_secret_access_key``/``aws_session_token``/``aws_access_key_id`` value.
+      ``aws_secret_access_key``/``aws_session_token``/``aws_access_key_id`` value;
+    * ``pgpass``: ``.pgpass`` with a ``host:port:db:user:password`` line;
+    * ``npm_token``: ``.npmrc``/``.yarnrc`` with an ``_authToken``/``_auth``/``_password``;
+    * ``url_password``: a config-like file (``*.ini``, ``*.cfg``, ``*.conf``, ``*.toml``,
+      ``*.yaml``, ``*.json``, ``*.properties``, ``config``, ``.gitconfig``, ``requirements*``,
+      ``Dockerfile``, ...) holding ``scheme://user:password@host`` whose password is not a
+      placeholder nor the user name again.
+
+    A UTF-8 byte-order mark is ignored.
     """
-    p = PurePosixPath(path)
-    name, suffix = p.name, p.suffix.lower()
-    lname = name.lower()
-    if suffix in _KEYSTORE_SUFFIXES:
-        return "keystore"
-    if name in _SSH_KEY_NAMES:
-        return "ssh_key"
-    if lname in (".netrc", "_netrc"):
-        return "netrc"
-    if lname == ".git-credentials":
-        return "git_credentials"
+    rule = secret_name_rule(path)
+    if rule in ("keystore", "ssh_key", "netrc", "git_credentials"):
+        return rule
     if has_private_key_block(data):
         return "private_key"
     if _is_binary(data):
         return None
-    if _is_env_name(lname):
-        if _env_has_credentials(data.decode("utf-8", errors="replace")):
+    text = _decode(data)
+    if rule == "env":
+        if _env_has_credentials(text):
             return "env_credentials"
-    elif lname == ".pypirc":
-        if _ini_value_set(data.decode("utf-8", errors="replace"), ("password",)):
+    elif rule == "pypirc":
+        if _ini_value_set(text, ("password",)):
             return "pypirc_password"
-    elif lname == "credentials" or ".aws" in p.parts[:-1]:
-        if _ini_value_set(data.decode("utf-8", errors="replace"),
+    elif rule == "aws":
+        if _ini_value_set(text,
                           ("aws_secret_access_key", "aws_session_token", "aws_access_key_id")):
             return "aws_credentials"
+    elif rule == "pgpass":
+        if _pgpass_has_password(text):
+            return "pgpass"
+    if _aws_secret(text):
+        return "aws_credentials"
+    if _npm_token(text, npmrc=rule == "npmrc"):
+        return "npm_token"
+    if _docker_auth(text):
+        return "docker_auth"
+    if rule is not None and rule != "env" and _url_has_password(text):
+        return "url_password"
     return None
+
+
+def drop_secret_documents(docs: list[Document], stats: WalkStats | None = None,
+                          index_secrets: bool = False) -> list[Document]:
+    """``docs`` that are not files of the corpus (GitHub issues and pull requests) without
+    those whose text holds a secret (:func:`content_secret_kind`: key blocks, AWS, npm and
+    docker credentials), each counted as ``secret`` in ``stats`` like a file the walk skips
+    (path and kind logged, never the content). ``index_secrets=True`` keeps them all."""
+    if index_secrets:
+        return list(docs)
+    kept, dropped = [], []
+    for d in docs:
+        kind = content_secret_kind(d.text)
+        if kind is None:
+            kept.append(d)
+            continue
+        dropped.append((d.path, kind))
+        if stats is not None:
+            stats.skipped["secret"] += 1
+            stats.secrets.append((d.path, kind))
+    if dropped:
+        shown = ", ".join(f"{p} ({k})" for p, k in dropped[:10])
+        more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+        logger.warning("%d extra document(s) look like secrets and were not indexed: %s%s",
+                       len(dropped), shown, more)
+    return kept
 
 
 def looks_minified(path: str, data: bytes) -> bool:

@@ -27,6 +27,10 @@ into a rag corpus and golden set:
   of their path's file: they are not written (the file already holds them) and a qrels line
   naming one becomes a symbol label, as in the exported golden set. Otherwise they are
   documents of their own.
+* **Secrets are not written.** A document that the walk would skip as a secret under the
+  name it is written as (:func:`rag.corpus.walk.secret_kind`: a private key block, an AWS
+  secret, ...) is left out, counted (``counts.secrets``) and noted with its
+  ``corpus.jsonl:LINE``; a qrels line that labels one is an error that says so.
 * **Qrels.** Score > 0: a label with that grade (golden labels carry grades, used by nDCG);
   score <= 0: judged non-relevant, not a label. Queries of queries.jsonl with no relevant
   judgement in the split are not evaluated (counted, said once). No negatives.jsonl: the
@@ -39,6 +43,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rag.corpus.walk import secret_kind
 from rag.datasets.common import (CORPUS_DIR, GOLDEN_DIR, DatasetError, Judgement, Prepared,
                                  Topic, build_golden, dataset_tags, fingerprint, json_id,
                                  materialise, numbered_lines, read_jsonl, write_golden)
@@ -49,6 +54,9 @@ NEGATIVES_FILE = "negatives.jsonl"
 QRELS_DIR = "qrels"
 # the folder of documents whose id is not written as a path
 MAPPED_DIR = "_ids"
+# appended to a mapped name that a secret rule of the walk would judge by its name (``identity``,
+# ``x.p12``, ``a.env``): escaping never ends a name with it, so no two ids meet
+NEUTRAL_SUFFIX = "_doc"
 _PATH_PUNCT = set("._+@=,~ ()[]-")
 _KEEP = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-")
 
@@ -69,12 +77,20 @@ def is_safe_path(doc_id: str) -> bool:
 def mapped_path(doc_id: str) -> str:
     """The corpus path of a document whose id is not written as a path:
     ``_ids/<escaped id>`` (see the module docstring), e.g. ``doc1`` -> ``_ids/doc1``,
-    ``q 1/x`` -> ``_ids/q_201_2Fx``."""
+    ``q 1/x`` -> ``_ids/q_201_2Fx``. A name that one of the walk's secret rules would match
+    by name (:func:`rag.corpus.walk.secret_name_rule`: ``identity``, ``x.p12``, ``a.env``,
+    ``credentials``; config-like names such as ``x.json`` are kept) gets
+    :data:`NEUTRAL_SUFFIX`: ``identity`` -> ``_ids/identity_doc``."""
     from rag.names import safe_component
+
+    from rag.corpus.walk import secret_name_rule
 
     escaped = "".join(ch if ch in _KEEP else "".join(
         f"_{b:02X}" for b in ch.encode("utf-8", "surrogatepass")) for ch in doc_id)
-    return f"{MAPPED_DIR}/{safe_component(escaped, what='BEIR doc id', encode=True)}"
+    rel = f"{MAPPED_DIR}/{safe_component(escaped, what='BEIR doc id', encode=True)}"
+    if secret_name_rule(rel) not in (None, "config"):
+        rel += NEUTRAL_SUFFIX  # a name rule would skip (or judge) the document by its name
+    return rel
 
 
 def original_doc_id(docno: str, manifest: dict[str, Any]) -> str:
@@ -167,8 +183,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
 
     Raises:
         DatasetError: a bad or repeated corpus line (``corpus.jsonl:line``), two ids that
-            would be one file, a judgement naming an unknown query or document, or an empty
-            split.
+            would be one file, a judgement naming an unknown document, or an empty split
+            (judgements of queries not in queries.jsonl are counted, not an error).
     """
     corpus_file = src / CORPUS_FILE
     lines: dict[str, int] = {}
@@ -195,7 +211,14 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     file_of: dict[str, str] = {}
     taken: dict[str, str] = {}
     held: dict[str, tuple[str, str]] = {}  # id -> (content, where) kept for the symbol check
+    secrets: dict[str, tuple[str, str]] = {}  # id -> (corpus.jsonl:LINE, kind): not written
     binary = 0
+
+    def secret(doc_id: str, rel: str, content: str, n: int) -> bool:
+        kind = secret_kind(rel, content.encode("utf-8", "surrogatepass"))
+        if kind is not None:
+            secrets[doc_id] = (f"{CORPUS_FILE}:{n}", kind)
+        return kind is not None
     for n, obj in read_jsonl(corpus_file, "BEIR corpus"):
         where = f"{corpus_file}:{n}"
         doc_id = json_id(obj, where)
@@ -209,6 +232,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
             raise DatasetError(f"{where}: doc id {doc_id!r} would be written as {rel!r}, as "
                                f"doc id {taken[rel]!r} is")
         taken[rel] = doc_id
+        if secret(doc_id, rel, content, n):
+            continue
         file_of[doc_id] = rel
         binary += "\x00" in content[:8192]
         _write(root, rel, content, where)
@@ -216,7 +241,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     strays = 0
     for doc_id, (path, symbol) in candidates.items():
         content, where = held[doc_id]
-        if _symbol_text(path, held[path][0], symbol) == content and content:
+        if path not in secrets and _symbol_text(path, held[path][0], symbol) == content \
+                and content:
             symbol_docs[doc_id] = [path, symbol]
             continue
         strays += 1  # not the symbol's chunks: a document of its own
@@ -225,6 +251,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
             raise DatasetError(f"{where}: doc id {doc_id!r} would be written as {rel!r}, as "
                                f"doc id {taken[rel]!r} is")
         taken[rel] = doc_id
+        if secret(doc_id, rel, content, int(where.rsplit(":", 1)[1])):
+            continue
         file_of[doc_id] = rel
         _write(root, rel, content, where)
     qrels_file = f"{QRELS_DIR}/{split}.tsv"
@@ -232,6 +260,11 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     def resolve(doc: str, where: str) -> dict[str, Any]:
         if doc in symbol_docs:
             return {"path": symbol_docs[doc][0], "symbol": symbol_docs[doc][1]}
+        if doc in secrets:
+            line, kind = secrets[doc]
+            raise DatasetError(f"{where}: document {doc!r} ({line}) holds a secret ({kind}): it "
+                               "is not written to the corpus, as the walk never indexes a "
+                               "secret, so it cannot be a label")
         if doc not in file_of:
             raise DatasetError(f"{where}: document {doc!r} is not in {corpus_file}")
         return {"path": file_of[doc]}
@@ -248,6 +281,11 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     if strays:
         notes.append(f"{strays} path#symbol documents are not their path's symbol chunks: "
                      "indexed as documents of their own")
+    if secrets:
+        shown = ", ".join(f"{line} ({kind})" for line, kind in list(secrets.values())[:10])
+        more = f" and {len(secrets) - 10} more" if len(secrets) > 10 else ""
+        notes.append(f"{len(secrets)} documents hold a secret and are not written (the corpus "
+                     f"walk never indexes one): {shown}{more}")
     if binary:
         notes.append(f"{binary} documents hold a NUL character: the corpus walk skips them "
                      "as binary")
@@ -256,6 +294,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
                       "'source' comments name the lines read\n")
     counts.update(documents=len(lines), files=len(file_of), mapped=len(mapped),
                   symbol_documents=len(symbol_docs))
+    if secrets:
+        counts["secrets"] = len(secrets)
     return {"sources": {"path": str(src), "split": split}, "counts": counts, "notes": notes,
             "ids": mapped, "symbol_documents": symbol_docs}
 

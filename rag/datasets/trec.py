@@ -55,7 +55,10 @@ def read_topics(path: Path, what: str = "TREC topics") -> list[Topic]:
     """
     path = Path(path)
     text = read_text(path, what)
-    if not _SGML.search(text):
+    # the format is the first non-blank line's: SGML topics start with <top> or <topic ...>
+    # (a TSV query that merely mentions "<topic>" stays TSV)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not _SGML.match(first):
         out = []
         for n, line in numbered_lines(path, what):
             qid, tab, query = line.partition("\t")
@@ -189,7 +192,8 @@ def prepare_trec(topics: Path, qrels: Path, *, negatives: Path | None, name: str
 
     Raises:
         DatasetError: ``file:line: ...`` for a missing file, a malformed topic or qrels line,
-            a judgement naming a query not in the topics, a docno not in the corpus, a query
+            a docno not in the corpus (judgements of queries not in the topics are counted,
+            not an error), a query
             id a golden set cannot hold, or no relevant judgement at all.
     """
     topics, qrels = Path(topics), Path(qrels)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from rag.eval.abstention import calibrate_abstention
-from rag.eval.golden import GoldenQuery, GoldenSet
+from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
 from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
 from rag.search.pipeline import STAGES, Hit, SearchPipeline
 
@@ -43,23 +43,98 @@ class EvalResult:
     run: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def doc_key(hit: Hit, query: GoldenQuery | None) -> str:
-    """The doc id a hit is judged as: ``path``, or ``path#symbol`` when the query labels a
-    symbol of that path and the hit is that symbol."""
+def hit_lines(hit: Any, units: CorpusUnits | None) -> Ranges | None:
+    """The lines a ranked chunk holds: its indexed chunk's (``units.chunk_lines``, a class or
+    module chunk without the lines of the chunks nested in it), else its ``start_line``..
+    ``end_line``; None when the hit carries no lines (a TREC run file's docno)."""
+    if units is not None and hit.chunk_id in units.chunk_lines:
+        return units.chunk_lines[hit.chunk_id]
+    if getattr(hit, "start_line", 0) and hit.start_line >= 1:
+        return ((hit.start_line, max(hit.start_line, hit.end_line)),)
+    return None
+
+
+def hits_label(hit: Any, label: Label, *, units: CorpusUnits | None = None,
+               min_overlap: float = 0.0) -> bool:
+    """Whether a ranked chunk hits ``label`` (golden/README.md, "Which chunks are relevant").
+
+    * another path: never;
+    * a file label: any chunk of the path;
+    * a span label, or a symbol label resolved to its lines (:attr:`Label.spans`): the
+      chunk's lines (:func:`hit_lines`) overlap the label's lines by ``min_overlap``
+      (:func:`rag.eval.golden.overlap_ok`: 0 = at least one line; a fraction = that share of
+      the label's lines);
+    * otherwise (a symbol label loaded without the index, or a hit without lines such as a
+      run file's ``path#symbol`` / ``path#L10-20`` docno): the chunk names the label's unit
+      (``path#symbol`` equals the label's doc id).
+    """
+    if hit.path != label.path:
+        return False
+    if label.unit == "file":
+        return True
+    lines = hit_lines(hit, units) if label.spans else None
+    if lines is None:
+        return bool(hit.symbol) and f"{hit.path}#{hit.symbol}" == label.doc_key
+    return overlap_ok(lines, label.spans, min_overlap)
+
+
+def hit_units(hit: Any, query: GoldenQuery | None, *, units: CorpusUnits | None = None,
+              min_overlap: float = 0.0) -> list[str]:
+    """The doc ids a ranked chunk is judged as: the doc id (:attr:`Label.doc_key`) of every
+    relevant label of ``query`` it hits (``path`` for a file label, ``path#symbol``,
+    ``path#L10-20``); ``[path]`` when it hits none (negatives: always ``[path]``)."""
     if query is not None:
-        syms = query.symbol_paths.get(hit.path)
-        if syms and hit.symbol in syms:
-            return f"{hit.path}#{hit.symbol}"
-    return hit.path
+        keys = [lab.doc_key for lab in query.relevant
+                if lab.path == hit.path and hits_label(hit, lab, units=units,
+                                                       min_overlap=min_overlap)]
+        if keys:
+            return keys
+    return [hit.path]
 
 
-def collapse(hits: Sequence[Hit], query: GoldenQuery | None) -> dict[str, float]:
-    """First occurrence of each doc id in the ranked hits -> its score (several chunks of one
-    file count once)."""
-    out: dict[str, float] = {}
+def doc_key(hit: Hit, query: GoldenQuery | None, *, units: CorpusUnits | None = None,
+            min_overlap: float = 0.0) -> str:
+    """The first doc id a hit is judged as (:func:`hit_units`): ``path``, or the labelled unit
+    (``path#symbol``, ``path#L10-20``) it hits."""
+    return hit_units(hit, query, units=units, min_overlap=min_overlap)[0]
+
+
+def collapse_units(hits: Sequence[Hit], query: GoldenQuery | None, *,
+                   units: CorpusUnits | None = None,
+                   min_overlap: float = 0.0) -> dict[str, tuple[float, Hit]]:
+    """Doc id -> (score, hit) of the first ranked chunk judged as it (:func:`hit_units`):
+    each unit counts once, at the rank of the first chunk that hits it. A chunk that hits
+    two labelled units (a window over two labelled functions) enters both, with its score."""
+    out: dict[str, tuple[float, Hit]] = {}
     for h in hits:
-        out.setdefault(doc_key(h, query), h.score)
+        for key in hit_units(h, query, units=units, min_overlap=min_overlap):
+            out.setdefault(key, (h.score, h))
     return out
+
+
+def collapse(hits: Sequence[Hit], query: GoldenQuery | None, *,
+             units: CorpusUnits | None = None, min_overlap: float = 0.0) -> dict[str, float]:
+    """First occurrence of each doc id in the ranked hits -> its score (several chunks of one
+    file, or of one labelled unit, count once; :func:`collapse_units`)."""
+    return {k: v[0] for k, v in collapse_units(hits, query, units=units,
+                                               min_overlap=min_overlap).items()}
+
+
+def judged_at(units_ranked: dict[str, tuple[float, Hit]], query: GoldenQuery, k: int, *,
+              units: CorpusUnits | None = None, min_overlap: float = 0.0,
+              ties: str = "doc_id") -> float:
+    """Judged@k (ir_measures' ``Judged@k``, over collapsed units): the share of the top ``k``
+    ranked units (:func:`collapse_units`, ranked as the metrics rank them) that carry a
+    judgement — a relevant unit, or a unit whose first chunk hits one of the query's
+    ``not_relevant`` labels under the same overlap rule. The denominator is ``k`` even when
+    fewer units were ranked (an empty ranking judges 0)."""
+    qrels = query.qrels
+    ranking = rank({d: v[0] for d, v in units_ranked.items()}, qrels, ties=ties)[:k]
+    judged = sum(1 for d in ranking
+                 if qrels.get(d, 0) > 0 or any(
+                     hits_label(units_ranked[d][1], lab, units=units, min_overlap=min_overlap)
+                     for lab in query.not_relevant))
+    return judged / k
 
 
 RETURNED_AS = ("returned", "weak", "dropped", "empty")
@@ -78,7 +153,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
              ndcg_k: int, depth: int, progress: bool = True,
              use_expected_types: bool = False,
              gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
-             target_dropped: float = 0.02, count_tokens=None, ties: str = "doc_id") -> EvalResult:
+             target_dropped: float = 0.02, count_tokens=None, ties: str = "doc_id",
+             min_overlap: float = 0.0) -> EvalResult:
     """Evaluate a :class:`rag.retriever.Retriever` on ``golden`` — the evaluator reads only
     what the retriever returns (a :class:`~rag.search.pipeline.SearchPipeline` is wrapped as
     :class:`rag.retriever.PipelineRetriever`).
@@ -92,6 +168,12 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
 
     Ranking half: metrics on the ranked list down to ``depth`` distinct units (collapsed by
     doc id) *before* abstention, averaged over positives (a positive with no ranking scores 0).
+    A chunk is relevant to a file label when it is of that path, to a span or symbol label
+    when its lines overlap the label's by ``min_overlap`` (``eval.min_overlap``; lines from
+    ``golden.units``, see :func:`hits_label`); each labelled unit counts once, at the rank of
+    the first chunk that hits it (:func:`collapse_units`). ``judged_at_<top_k>`` and
+    ``judged_at_10`` (:func:`judged_at`) are the share of the top k units that carry a
+    relevance judgement (relevant, or hitting a ``not_relevant`` label).
 
     Returned half: ``answer_support_rate`` = share of positives with a relevant unit among the
     hits actually returned; ``dropped_rate`` = share of positives whose hits were all dropped
@@ -130,6 +212,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
         [("negative", q) for q in golden.negatives]
     category = getattr(retriever, "path_categories", None)
     top_k = int(retriever.top_k)
+    judge = dict(units=golden.units, min_overlap=float(min_overlap))
+    judged_ks = sorted({top_k, 10})
     filtered = {}
     unanswered: dict[str | None, int] = {}
     queries = [Query(id=q.id, text=q.query,
@@ -160,20 +244,27 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
                                    for h in res.hits[:3]),
         }
         if kind == "positive":
-            scores = collapse(res.ranked, q)
+            ranked_units = collapse_units(res.ranked, q, **judge)
+            scores = {d: v[0] for d, v in ranked_units.items()}
             run[q.id] = scores
             m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
+            for k in judged_ks:
+                m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
             per_query_metrics[q.id] = m
             row["first_relevant_rank"] = first_relevant_rank(rank(scores, q.qrels, ties=ties),
                                                              q.qrels)
-            returned = collapse(res.hits, q)
+            returned = collapse(res.hits, q, **judge)
             # a relevant unit among the top_k chunks a caller would get, before abstention
             # (what answering costs in the risk-coverage curve)
-            row["supported"] = any(q.qrels.get(d, 0) > 0 for d in collapse(res.ranked[:top_k], q))
+            row["supported"] = any(q.qrels.get(d, 0) > 0
+                                   for d in collapse(res.ranked[:top_k], q, **judge))
             # the seeds' answer-support rate: a relevant doc among the top_k hits returned
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
-            pool = {doc_key(SimpleNamespace(path=p, symbol=sym), q) for p, sym in res.candidates}
+            # the pool names (path, symbol) only, no lines: judged by name (hits_label)
+            pool = {d for p, sym in res.candidates
+                    for d in hit_units(SimpleNamespace(path=p, symbol=sym, chunk_id="",
+                                                       start_line=0, end_line=0), q, **judge)}
             # the first stage's pool is known only for the built-in pipeline
             row["candidate_hit"] = (float(any(q.qrels.get(d, 0) > 0 for d in pool))
                                     if retriever.kind == "pipeline" else None)

@@ -1,7 +1,15 @@
-"""Golden sets: answerable queries with labelled relevant paths (qrels) and negatives.
+"""Golden sets: answerable queries with labelled relevant units (qrels) and negatives.
 
 File format: golden/README.md. Loading validates everything and reports *every* problem at
 once, each with its file and line.
+
+A label names one of three units: a file (``path``), a line span (``path`` + ``lines: [start,
+end]``, 1-based, inclusive) or a symbol (``path`` + ``symbol``). Given the index's chunks
+(:class:`CorpusUnits`), a symbol label is resolved once, at load time, to the lines of the
+chunks that carry that symbol (:attr:`Label.spans`), so span and symbol labels are judged the
+same way: a ranked chunk is relevant when its lines overlap the label's lines
+(:func:`overlap_ok`, ``eval.min_overlap``). That lets chunking itself be ablated: a symbol
+label still names the same lines when the index is cut into windows.
 """
 
 from __future__ import annotations
@@ -22,6 +30,12 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # a label's ``types`` name the walker's categories (one vocabulary: rag/corpus/walk.py)
 TYPE_NAMES = CATEGORIES
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# a query's ``source``: hand, mined:git <sha>, mined:docstring, mined:github, ...
+_SOURCE = re.compile(r"^(hand|mined:[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
+_LABEL_KEYS = {"path", "symbol", "lines", "grade", "__line__"}
+
+#: line ranges: sorted, disjoint, inclusive (start, end) pairs
+Ranges = tuple[tuple[int, int], ...]
 
 
 class GoldenError(ValueError):
@@ -35,16 +49,35 @@ class GoldenError(ValueError):
 
 @dataclass(frozen=True)
 class Label:
-    """One relevant item: a path, optionally narrowed to one symbol, with a grade >= 1."""
+    """One judged unit: a path, optionally narrowed to one symbol or one line span, with a
+    grade >= 1.
+
+    Attributes:
+        lines: ``(start, end)``, 1-based and inclusive, for a span label.
+        spans: the lines the label covers, as :data:`Ranges`: a span label's ``lines``; a
+            symbol label's lines once resolved against the index (:class:`CorpusUnits`;
+            ``()`` when it was loaded without one: then it matches chunks by symbol name).
+    """
 
     path: str
     symbol: str | None = None
     grade: int = 1
+    lines: tuple[int, int] | None = None
+    spans: Ranges = ()
+
+    @property
+    def unit(self) -> str:
+        """``file`` (any chunk of the path), ``symbol`` or ``span``."""
+        return "symbol" if self.symbol else "span" if self.lines else "file"
 
     @property
     def doc_key(self) -> str:
-        """The evaluation doc id: ``path`` or ``path#symbol``."""
-        return f"{self.path}#{self.symbol}" if self.symbol else self.path
+        """The evaluation doc id: ``path``, ``path#symbol`` or ``path#L<start>-<end>``."""
+        if self.symbol:
+            return f"{self.path}#{self.symbol}"
+        if self.lines:
+            return f"{self.path}#L{self.lines[0]}-{self.lines[1]}"
+        return self.path
 
 
 @dataclass(frozen=True)
@@ -58,6 +91,10 @@ class GoldenQuery:
     line: int = 0
     # categories a caller would filter this query by, a priori (the filters sweep)
     types: tuple[str, ...] = ()
+    # units judged NOT relevant (same label schema; grade unused): judged coverage only
+    not_relevant: tuple[Label, ...] = ()
+    # where the query came from: hand, mined:git <sha>, mined:docstring, mined:github, ...
+    source: str | None = None
 
     @property
     def qrels(self) -> dict[str, int]:
@@ -95,6 +132,136 @@ class GoldenSet:
     directory: Path
     corpus: str | None = None
     tags: list[str] = field(default_factory=list)
+    # the index's line structure the labels were resolved against (None: loaded without it)
+    units: "CorpusUnits | None" = None
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> Ranges:
+    """Sorted, disjoint inclusive ranges covering the same lines (adjacent ones joined)."""
+    out: list[list[int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return tuple((s, e) for s, e in out)
+
+
+def range_lines(ranges: Ranges) -> int:
+    """How many lines ``ranges`` cover."""
+    return sum(e - s + 1 for s, e in ranges)
+
+
+def covered_lines(a: Ranges, b: Ranges) -> int:
+    """How many lines lie in both ``a`` and ``b``."""
+    n = 0
+    for s1, e1 in a:
+        for s2, e2 in b:
+            n += max(0, min(e1, e2) - max(s1, s2) + 1)
+    return n
+
+
+def overlap_ok(chunk: Ranges, label: Ranges, min_overlap: float = 0.0) -> bool:
+    """Whether a chunk with lines ``chunk`` hits a label with lines ``label``.
+
+    ``min_overlap`` 0 (the default): any overlap, at least one common line. A fraction in
+    (0, 1]: the chunk must cover at least that share of the *label's* lines
+    (|chunk ∩ label| / |label| >= min_overlap; the denominator is the label's line count,
+    never the chunk's), e.g. 0.5 of a 10-line span = 5 lines.
+    """
+    common = covered_lines(chunk, label)
+    if min_overlap <= 0:
+        return common >= 1
+    total = range_lines(label)
+    return total > 0 and common >= 1 and common >= min_overlap * total - 1e-9
+
+
+# kinds whose chunk leaves out the lines of the chunks nested in its range (a class chunk is
+# the class minus its methods; a module chunk is the file minus its functions and classes)
+_HOLED_KINDS = ("class", "module")
+
+
+def chunk_line_sets(chunks: Iterable[Any]) -> dict[str, Ranges]:
+    """Chunk id -> the lines the chunk holds.
+
+    A chunk holds its ``start_line``..``end_line``, except a ``class`` or ``module`` chunk
+    (kinds of the symbol chunkers, rag/corpus/chunk.py), which holds that range less the
+    ranges of the other chunks of its path that lie strictly inside it: a Python class chunk
+    is the class minus its methods and nested classes, a ``<module>`` chunk the file's
+    top-level code minus its functions and classes. So the chunks of distinct symbols of one
+    file never share a line, and a symbol label resolved to these lines hits exactly the
+    chunks carrying that symbol. (Blank lines between top-level definitions belong to the
+    ``<module>`` chunk's range under this rule.)
+    """
+    by_path: dict[str, list[Any]] = {}
+    for c in chunks:
+        by_path.setdefault(c.path, []).append(c)
+    out: dict[str, Ranges] = {}
+    for cs in by_path.values():
+        for c in cs:
+            own = ((c.start_line, c.end_line),)
+            if getattr(c, "kind", None) in _HOLED_KINDS:
+                inner = [(o.start_line, o.end_line) for o in cs
+                         if o is not c and c.start_line <= o.start_line
+                         and o.end_line <= c.end_line
+                         and (o.start_line, o.end_line) != (c.start_line, c.end_line)]
+                own = _subtract(own, merge_ranges(inner))
+            out[c.id] = own
+    return out
+
+
+def _subtract(a: Ranges, b: Ranges) -> Ranges:
+    out = []
+    for s, e in a:
+        cur = s
+        for bs, be in b:
+            if be < cur or bs > e:
+                continue
+            if bs > cur:
+                out.append((cur, bs - 1))
+            cur = max(cur, be + 1)
+        if cur <= e:
+            out.append((cur, e))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class CorpusUnits:
+    """The index's line structure that labels are resolved and chunks are judged against.
+
+    Attributes:
+        line_counts: path -> number of lines of the file (a span must end within it).
+        symbol_lines: (path, symbol) -> the lines of the chunks carrying that symbol, as
+            the symbol chunker cuts the file (whatever chunker the index used).
+        chunk_lines: id of an indexed chunk -> its lines (:func:`chunk_line_sets`).
+    """
+
+    line_counts: dict[str, int]
+    symbol_lines: dict[tuple[str, str], Ranges]
+    chunk_lines: dict[str, Ranges]
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[Any], *, label_chunks: Iterable[Any] | None = None,
+                    line_counts: dict[str, int] | None = None) -> "CorpusUnits":
+        """From the indexed chunks; symbols are resolved on ``label_chunks`` (the symbol
+        chunker's chunks) when the index was cut otherwise, else on ``chunks``."""
+        chunks = list(chunks)
+        own = chunk_line_sets(chunks)
+        ref = list(label_chunks) if label_chunks is not None else chunks
+        ref_lines = own if label_chunks is None else chunk_line_sets(ref)
+        acc: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for c in ref:
+            if c.symbol:
+                acc.setdefault((c.path, c.symbol), []).extend(ref_lines[c.id])
+        return cls(line_counts=dict(line_counts or {}),
+                   symbol_lines={k: merge_ranges(v) for k, v in acc.items()},
+                   chunk_lines=own)
+
+
+def corpus_units(index: Any) -> CorpusUnits:
+    """The :class:`CorpusUnits` of a :class:`rag.index.build.Index`."""
+    return CorpusUnits.from_chunks(index.chunks, label_chunks=getattr(index, "label_chunks", None),
+                                   line_counts=getattr(index, "line_counts", None))
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -160,8 +327,70 @@ def _tags(raw: Any, where: str, problems: list[str]) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[str],
+                 paths: set[str] | None, symbols: Any, units: CorpusUnits | None) -> Label | None:
+    """One label of ``relevant`` or ``not_relevant``, validated; None when unusable."""
+    lwhere = f"{qpath}:{lab.get('__line__', '?') if isinstance(lab, dict) else '?'}"
+    if not isinstance(lab, dict) or not isinstance(lab.get("path"), str):
+        problems.append(f"{lwhere}: query {qid!r}: a label needs a 'path' ({what})")
+        return None
+    lextra = set(lab) - _LABEL_KEYS
+    if lextra:
+        problems.append(f"{lwhere}: query {qid!r}: unknown label key(s) {sorted(lextra)}")
+    path, symbol, grade = lab["path"], lab.get("symbol"), lab.get("grade", 1)
+    if not isinstance(grade, int) or isinstance(grade, bool) or grade < 1:
+        problems.append(f"{lwhere}: query {qid!r}: grade must be an integer >= 1")
+        grade = 1
+    if symbol is not None and (not isinstance(symbol, str) or not symbol):
+        problems.append(f"{lwhere}: query {qid!r}: symbol must be a non-empty string")
+        symbol = None
+    lines: tuple[int, int] | None = None
+    if "lines" in lab:
+        raw = lab["lines"]
+        if not (isinstance(raw, list) and len(raw) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in raw)):
+            problems.append(f"{lwhere}: query {qid!r}: lines must be [start, end], two integers")
+        elif not 1 <= raw[0] <= raw[1]:
+            problems.append(f"{lwhere}: query {qid!r}: lines {raw} need 1 <= start <= end")
+        else:
+            lines = (raw[0], raw[1])
+        if "symbol" in lab:
+            problems.append(f"{lwhere}: query {qid!r}: a label gives a symbol or lines, "
+                            "never both")
+            return None
+    if paths is not None and path not in paths:
+        problems.append(f"{lwhere}: query {qid!r}: label path {path!r} is not in the corpus")
+    elif symbol and symbols is not None and (path, symbol) not in symbols:
+        problems.append(f"{lwhere}: query {qid!r}: label symbol {symbol!r} is not "
+                        f"defined in {path!r}")
+    elif lines and units is not None and path in units.line_counts \
+            and lines[1] > units.line_counts[path]:
+        problems.append(f"{lwhere}: query {qid!r}: lines {list(lines)} end after the last "
+                        f"line of {path!r} ({units.line_counts[path]})")
+    if "lines" in lab and lines is None:
+        return None
+    spans: Ranges = ()
+    if lines:
+        spans = (lines,)
+    elif symbol and units is not None:
+        spans = units.symbol_lines.get((path, symbol), ())
+    return Label(path=path, symbol=symbol, grade=grade, lines=lines, spans=spans)
+
+
+def _check_units(labels: list[Label], where: str, qid: Any, what: str,
+                 problems: list[str]) -> None:
+    narrowed = {lab.path for lab in labels if lab.unit != "file"}
+    whole = {lab.path for lab in labels if lab.unit == "file"}
+    for p in sorted(narrowed & whole):
+        problems.append(f"{where}: query {qid!r} labels {p!r} both with and without a symbol "
+                        f"or lines ({what})")
+    if len({lab.doc_key for lab in labels}) != len(labels):
+        problems.append(f"{where}: query {qid!r} repeats a label ({what})")
+
+
 def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
-                corpus_symbols: Iterable[tuple[str, str]] | None = None) -> GoldenSet:
+                corpus_symbols: Iterable[tuple[str, str]] | None = None,
+                units: CorpusUnits | None = None) -> GoldenSet:
     """Load and validate ``queries.yaml`` and ``negatives.yaml`` from ``directory``.
 
     Args:
@@ -169,11 +398,17 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
         corpus_paths: every indexed path; when given, a label naming another path is an error.
         corpus_symbols: every (path, symbol) of the index; when given, a label's symbol must
             be one of them.
+        units: the index's line structure (:func:`corpus_units`); when given, a span must end
+            within its file and every symbol label is resolved to its lines
+            (:attr:`Label.spans`), so chunks are judged by overlap; the set keeps it
+            (:attr:`GoldenSet.units`) for the evaluator.
 
     Raises:
         GoldenError: listing every problem (missing file, bad YAML, duplicate id across both
             files, empty query, no relevant label, unknown key, label path or symbol not in
-            the corpus, a path labelled both with and without a symbol in one query).
+            the corpus, bad ``lines`` or both ``symbol`` and ``lines``, a bad ``source``, a path
+            labelled both as a whole file and narrowed in one query, a unit both relevant
+            and not relevant).
     """
     directory = Path(directory)
     problems: list[str] = []
@@ -183,6 +418,8 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     qdata, ndata = _load_yaml(qpath, problems), _load_yaml(npath, problems)
     paths = set(corpus_paths) if corpus_paths is not None else None
     symbols = set(corpus_symbols) if corpus_symbols is not None else None
+    if symbols is None and units is not None:
+        symbols = set(units.symbol_lines)
     seen: dict[str, str] = {}
     positives: list[GoldenQuery] = []
     negatives: list[NegativeQuery] = []
@@ -213,43 +450,39 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 problems.append(f"{qpath}: every entry of 'queries' must be a mapping")
                 continue
             where = f"{qpath}:{item.get('__line__', '?')}"
-            extra = set(item) - {"id", "query", "tags", "types", "relevant", "note", "__line__"}
+            extra = set(item) - {"id", "query", "tags", "types", "relevant", "not_relevant",
+                                 "note", "source", "__line__"}
             if extra:
                 problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             qid = item.get("id")
             ok = check_id(qid, where) & check_query(item.get("query"), where, qid)
-            labels: list[Label] = []
+            kw = dict(qid=qid, qpath=qpath, problems=problems, paths=paths, symbols=symbols,
+                      units=units)
             rel = item.get("relevant")
             if not isinstance(rel, list) or not rel:
                 problems.append(f"{where}: query {qid!r} needs at least one 'relevant' label")
                 rel = []
-            with_symbol, without_symbol = set(), set()
-            for lab in rel:
-                lwhere = f"{qpath}:{lab.get('__line__', '?') if isinstance(lab, dict) else '?'}"
-                if not isinstance(lab, dict) or not isinstance(lab.get("path"), str):
-                    problems.append(f"{lwhere}: query {qid!r}: a label needs a 'path'")
-                    continue
-                lextra = set(lab) - {"path", "symbol", "grade", "__line__"}
-                if lextra:
-                    problems.append(f"{lwhere}: query {qid!r}: unknown label key(s) {sorted(lextra)}")
-                path, symbol, grade = lab["path"], lab.get("symbol"), lab.get("grade", 1)
-                if not isinstance(grade, int) or isinstance(grade, bool) or grade < 1:
-                    problems.append(f"{lwhere}: query {qid!r}: grade must be an integer >= 1")
-                    grade = 1
-                if symbol is not None and (not isinstance(symbol, str) or not symbol):
-                    problems.append(f"{lwhere}: query {qid!r}: symbol must be a non-empty string")
-                    symbol = None
-                if paths is not None and path not in paths:
-                    problems.append(f"{lwhere}: query {qid!r}: label path {path!r} is not in the corpus")
-                elif symbol and symbols is not None and (path, symbol) not in symbols:
-                    problems.append(f"{lwhere}: query {qid!r}: label symbol {symbol!r} is not "
-                                    f"defined in {path!r}")
-                (with_symbol if symbol else without_symbol).add(path)
-                labels.append(Label(path=path, symbol=symbol, grade=grade))
-            for p in sorted(with_symbol & without_symbol):
-                problems.append(f"{where}: query {qid!r} labels {p!r} both with and without a symbol")
-            if len({lab.doc_key for lab in labels}) != len(labels):
-                problems.append(f"{where}: query {qid!r} repeats a label")
+            labels = [lab for raw in rel
+                      if (lab := _parse_label(raw, what="relevant", **kw)) is not None]
+            _check_units(labels, where, qid, "relevant", problems)
+            nrel = item.get("not_relevant")
+            if nrel is None:
+                nrel = []
+            elif not isinstance(nrel, list):
+                problems.append(f"{where}: query {qid!r}: not_relevant must be a list of labels")
+                nrel = []
+            negative = [lab for raw in nrel
+                        if (lab := _parse_label(raw, what="not_relevant", **kw)) is not None]
+            _check_units(negative, where, qid, "not_relevant", problems)
+            both = {lab.doc_key for lab in labels} & {lab.doc_key for lab in negative}
+            for key in sorted(both):
+                problems.append(f"{where}: query {qid!r} judges {key!r} both relevant and "
+                                "not relevant")
+            source = item.get("source")
+            if source is not None and (not isinstance(source, str) or not _SOURCE.match(source)):
+                problems.append(f"{where}: query {qid!r}: source must be 'hand' or "
+                                f"'mined:<how>[ <detail>]' (e.g. 'mined:git <sha>'), got {source!r}")
+                source = None
             tags = _tags(item.get("tags"), where, problems)
             types = item.get("types") or []
             if not isinstance(types, list) or not set(types) <= set(TYPE_NAMES):
@@ -259,7 +492,8 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 positives.append(GoldenQuery(id=qid, query=item["query"].strip(), tags=tags,
                                              types=tuple(types),
                                              relevant=tuple(labels),
-                                             line=item.get("__line__", 0)))
+                                             line=item.get("__line__", 0),
+                                             not_relevant=tuple(negative), source=source))
     if ndata is not None:
         items = ndata.get("negatives")
         if not isinstance(items, list):
@@ -286,7 +520,8 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     tags = sorted({t for q in positives for t in q.tags})
     return GoldenSet(positives=positives, negatives=negatives, fingerprint=h.hexdigest(),
-                     directory=directory, corpus=(qdata or {}).get("corpus"), tags=tags)
+                     directory=directory, corpus=(qdata or {}).get("corpus"), tags=tags,
+                     units=units)
 
 
 def trec_docno(doc_id: str) -> str:
@@ -310,9 +545,12 @@ def unquote_docno(docno: str) -> str:
 def trec_qrels_lines(golden: GoldenSet) -> list[str]:
     """The positives' labels as TREC qrels lines ``qid 0 docno relevance``.
 
-    The docno is the evaluation doc id the run file uses (``path``, or ``path#symbol`` for a
-    symbol label; :attr:`Label.doc_key`, through :func:`trec_docno`) and the relevance is the
-    label's grade. Positives in file order, labels in file order. Negatives have no relevant
+    The docno is the evaluation doc id the run file uses (``path``, ``path#symbol`` for a
+    symbol label, ``path#L<start>-<end>`` for a span label; :attr:`Label.doc_key`, through
+    :func:`trec_docno`) and the relevance is the label's grade: the evaluator keys a ranked
+    chunk that hits a label by that label's doc id (rag/eval/evaluate.py ``collapse``), so
+    the run file and these qrels name the same units. ``not_relevant`` labels are not written
+    (judged coverage is the harness's own metric). Positives in file order, labels in file order. Negatives have no relevant
     document, so TREC qrels cannot hold them: they are left out (``trec_eval`` scores only the
     queries that have qrels, so the negatives' rankings in a run file are ignored).
     """

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document
+from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document, split_lines
 from rag.corpus.languages import language_stats
-from rag.corpus.walk import Document, WalkStats, walk_corpus
+from rag.corpus.walk import Document, WalkStats, drop_secret_documents, walk_corpus
 from rag.index import store
 from rag.index.bm25 import BM25Channel, build_bm25
 from rag.index.dense import DenseChannel, Embedder, EmbeddingCache, embed_with_cache
@@ -35,6 +35,11 @@ class Index:
         dense: the dense channel (None if no embedder was given).
         corpus_fingerprint: SHA-256 over (path, file SHA-256) of every indexed document.
         stats: walk, chunk and embedding counts and timings (flat, for logging).
+        line_counts: path -> number of lines of each indexed document (golden span labels
+            must end within their file); empty when unknown.
+        label_chunks: the symbol chunker's chunks of the corpus when the index was cut by
+            another chunker (``corpus.chunker=window``): golden symbol labels are resolved
+            to their lines on these (None: on :attr:`chunks`). Never indexed.
     """
 
     chunks: list[Chunk]
@@ -42,6 +47,8 @@ class Index:
     dense: DenseChannel | None
     corpus_fingerprint: str
     stats: dict[str, Any] = field(default_factory=dict)
+    line_counts: dict[str, int] = field(default_factory=dict)
+    label_chunks: list[Chunk] | None = None
 
     def category_mask(self, types) -> np.ndarray:
         """Boolean mask, shape (n_chunks,), of the chunks whose category is in ``types``."""
@@ -95,8 +102,10 @@ class Index:
 
     @property
     def symbols(self) -> set[tuple[str, str]]:
-        """Every (path, symbol) pair that names a chunk."""
-        return {(c.path, c.symbol) for c in self.chunks if c.symbol}
+        """Every (path, symbol) pair that names a chunk (of the symbol chunker: a symbol
+        label names the same lines whatever ``corpus.chunker`` cut the index)."""
+        chunks = self.label_chunks if self.label_chunks is not None else self.chunks
+        return {(c.path, c.symbol) for c in chunks if c.symbol}
 
 
 def corpus_fingerprint(docs: list[Document]) -> str:
@@ -149,7 +158,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 window_overlap: int = 10, progress: bool = True,
                 chunk_store: Path | None = None,
                 extra_docs: list[Document] | None = None, header: str = "path_symbol",
-                bm25_tokenizer: str = "code", walk: dict[str, Any] | None = None) -> Index:
+                bm25_tokenizer: str = "code", walk: dict[str, Any] | None = None,
+                chunker: str = "symbol") -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -159,6 +169,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         bm25_backend, k1, b, bm25_tokenizer: BM25 settings (see
             :func:`rag.index.bm25.build_bm25`).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
+        chunker: ``symbol`` or ``window`` (:data:`rag.corpus.chunk.CHUNKERS`), part of the
+            chunk store's key; under ``window`` the symbol chunker's chunks are kept too
+            (:attr:`Index.label_chunks`, from the chunk store when it has them).
         walk: further :func:`rag.corpus.walk.walk_corpus` keyword arguments (``exclude``,
             ``include``, ``index_secrets``; see :func:`rag.corpus.walk.walk_settings`); part
             of the chunk store's key.
@@ -177,57 +190,19 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     t0 = time.perf_counter()
     extra_docs = list(extra_docs or [])
     walk_kw = {**(walk or {}), "max_file_bytes": max_file_bytes}
-    settings = {"walk": walk_kw, "window_lines": window_lines,
-                "window_overlap": window_overlap,
-                "extra_docs": corpus_fingerprint(extra_docs) if extra_docs else None}
-    stored = None
-    if chunk_store is not None:
-        fingerprint = store.stat_fingerprint(root) if root.is_dir() else ""
-        spath = store.store_path(chunk_store, root, settings)
-        stored = store.load(spath, fingerprint)
-    if stored is not None:
-        chunks, walk_stats, corpus_fp = stored
-        t_walk = time.perf_counter()
-    else:
-        walked = WalkStats()
-        docs = list(walk_corpus(root, stats=walked, **walk_kw)) + extra_docs
-        for d in extra_docs:
-            walked.by_category[d.category] += 1
-        if not docs:
-            skipped = {k: v for k, v in walked.skipped.items() if v}
-            raise EmptyCorpusError(
-                f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
-        t_walk = time.perf_counter()
-        shas = {d.path: hashlib.sha256(d.text.encode()).hexdigest() for d in docs}
-        before = store.previous_build(spath) if chunk_store is not None else None
-        chunks = []
-        rechunked = 0
-        for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
-            if before is not None and before[0].get(doc.path) == shas[doc.path]:
-                chunks.extend(before[1].get(doc.path, []))  # unchanged: its chunks as they were
-                continue
-            rechunked += 1
-            chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap))
-        chunks.sort(key=lambda c: c.id)
-        if not chunks:
-            raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
-        walk_stats, corpus_fp = walked.as_dict(), corpus_fingerprint(docs)
-        walk_stats = {**walk_stats, "files_rechunked": rechunked}
-        if chunk_store is not None:
-            if before is not None:  # what changed since the previous build of this corpus
-                prev = before[0]
-                walk_stats.update(
-                    files_added=len(shas.keys() - prev.keys()),
-                    files_removed=len(prev.keys() - shas.keys()),
-                    files_changed=sum(1 for p, h in shas.items() if p in prev and prev[p] != h))
-            store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, shas)
+    kw = dict(root=root, walk_kw=walk_kw, extra_docs=extra_docs, window_lines=window_lines,
+              window_overlap=window_overlap, chunk_store=chunk_store, progress=progress)
+    chunks, walk_stats, corpus_fp, line_counts, stored, t_walk = _chunk_corpus(
+        chunker=chunker, **kw)
+    # symbol labels name the symbol chunker's lines, whatever cut the index
+    label_chunks = None if chunker == "symbol" else _chunk_corpus(chunker="symbol", **kw)[0]
     t_chunk = time.perf_counter()
     texts, keys = indexed_texts(chunks, header)
     bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b, tokenizer=bm25_tokenizer)
     t_bm25 = time.perf_counter()
     stats: dict[str, Any] = dict(walk_stats)
-    stats.update(corpus_read=int(stored is None), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
-                 header=header,
+    stats.update(corpus_read=int(not stored), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
+                 chunker=chunker, header=header,
                  tokenizer_version=TOKENIZER_VERSION, bm25_tokenizer=bm25_tokenizer,
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
                  bm25_build_s=round(t_bm25 - t_chunk, 3),
@@ -250,4 +225,61 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     else:
         stats.update(chunks_embedded=0, chunks_from_cache=0)
     return Index(chunks=chunks, bm25=bm25, dense=dense,
-                 corpus_fingerprint=corpus_fp, stats=stats)
+                 corpus_fingerprint=corpus_fp, stats=stats, line_counts=line_counts,
+                 label_chunks=label_chunks)
+
+
+def _chunk_corpus(*, root: Path, walk_kw: dict[str, Any], extra_docs: list[Document],
+                  chunker: str, window_lines: int, window_overlap: int,
+                  chunk_store: Path | None, progress: bool):
+    """(chunks sorted by id, walk stats, corpus fingerprint, line counts, loaded from the
+    store?, time the walk ended) of ``root`` cut by ``chunker``: from the chunk store when the
+    corpus is unchanged, else walked and chunked (and stored)."""
+    settings = {"walk": walk_kw, "window_lines": window_lines,
+                "window_overlap": window_overlap, "chunker": chunker,
+                "extra_docs": corpus_fingerprint(extra_docs) if extra_docs else None}
+    stored = None
+    if chunk_store is not None:
+        fingerprint = store.stat_fingerprint(root) if root.is_dir() else ""
+        spath = store.store_path(chunk_store, root, settings)
+        stored = store.load(spath, fingerprint)
+    if stored is not None:
+        chunks, walk_stats, corpus_fp, line_counts = stored
+        return chunks, walk_stats, corpus_fp, line_counts, True, time.perf_counter()
+    walked = WalkStats()
+    extra_docs = drop_secret_documents(extra_docs, walked, bool(walk_kw.get("index_secrets")))
+    docs = list(walk_corpus(root, stats=walked, **walk_kw)) + extra_docs
+    for d in extra_docs:
+        walked.by_category[d.category] += 1
+    if not docs:
+        skipped = {k: v for k, v in walked.skipped.items() if v}
+        raise EmptyCorpusError(
+            f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
+    t_walk = time.perf_counter()
+    shas = {d.path: hashlib.sha256(d.text.encode()).hexdigest() for d in docs}
+    line_counts = {d.path: len(split_lines(d.text)) for d in docs}
+    before = store.previous_build(spath) if chunk_store is not None else None
+    chunks = []
+    rechunked = 0
+    for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
+        if before is not None and before[0].get(doc.path) == shas[doc.path]:
+            chunks.extend(before[1].get(doc.path, []))  # unchanged: its chunks as they were
+            continue
+        rechunked += 1
+        chunks.extend(chunk_document(doc, window_lines=window_lines, overlap=window_overlap,
+                                     chunker=chunker))
+    chunks.sort(key=lambda c: c.id)
+    if not chunks:
+        raise EmptyCorpusError(f"corpus {root} has files but every one is blank")
+    walk_stats, corpus_fp = walked.as_dict(), corpus_fingerprint(docs)
+    walk_stats = {**walk_stats, "files_rechunked": rechunked}
+    if chunk_store is not None:
+        if before is not None:  # what changed since the previous build of this corpus
+            prev = before[0]
+            walk_stats.update(
+                files_added=len(shas.keys() - prev.keys()),
+                files_removed=len(prev.keys() - shas.keys()),
+                files_changed=sum(1 for p, h in shas.items() if p in prev and prev[p] != h))
+        store.save(spath, fingerprint, chunks, walk_stats, corpus_fp, shas,
+                   line_counts=line_counts)
+    return chunks, walk_stats, corpus_fp, line_counts, False, t_walk

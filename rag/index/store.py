@@ -20,7 +20,7 @@ from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 
 STORE_VERSION = "2"
 # bump when the walk's rules (what is skipped, how files are categorised) change
-WALK_VERSION = "2"
+WALK_VERSION = "4"
 
 
 def stat_fingerprint(root: Path) -> str:
@@ -28,12 +28,16 @@ def stat_fingerprint(root: Path) -> str:
     ``root`` but ``.git``, and over what git lists there (:func:`rag.corpus.walk.listing_key`:
     a ``git add`` or a changed ``.git/info/exclude`` changes what is indexed). ctime cannot be
     set back by ``touch -r``/``cp -p``/``rsync -t``, so an edit that keeps size and mtime still
-    changes the fingerprint."""
+    changes the fingerprint. Every directory's name counts too, empty or not: the walk reads
+    directory names (``mkdir build/CMakeFiles`` makes ``build/`` a build output)."""
     from rag.corpus.walk import listing_key
 
     h = hashlib.sha256(listing_key(root).encode())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for d in dirnames:  # directory names count: an empty build/CMakeFiles makes build/
+            rel = os.path.relpath(os.path.join(dirpath, d), root)  # an output
+            h.update(f"{rel}/\0dir\n".encode("utf-8", "surrogateescape"))
         for f in sorted(filenames):
             p = os.path.join(dirpath, f)
             try:
@@ -54,8 +58,10 @@ def store_path(store_dir: Path, root: Path, settings: dict[str, Any]) -> Path:
     return store_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
-def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str] | None:
-    """(chunks, walk stats, corpus fingerprint) if the store exists and matches, else None."""
+def load(path: Path, fingerprint: str
+         ) -> tuple[list[Chunk], dict[str, Any], str, dict[str, int]] | None:
+    """(chunks, walk stats, corpus fingerprint, path -> line count) if the store exists and
+    matches (and has line counts), else None."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -64,7 +70,7 @@ def load(path: Path, fingerprint: str) -> tuple[list[Chunk], dict[str, Any], str
         return None
     try:
         return ([Chunk(**c) for c in data["chunks"]], data["walk_stats"],
-                data["corpus_fingerprint"])
+                data["corpus_fingerprint"], data["line_counts"])
     except (KeyError, TypeError):  # written by another version of Chunk: rebuild
         return None
 
@@ -85,13 +91,16 @@ def previous_build(path: Path) -> tuple[dict[str, str], dict[str, list[Chunk]]] 
 
 
 def save(path: Path, fingerprint: str, chunks: list[Chunk], walk_stats: dict[str, Any],
-         corpus_fingerprint: str, files: dict[str, str] | None = None) -> None:
+         corpus_fingerprint: str, files: dict[str, str] | None = None,
+         line_counts: dict[str, int] | None = None) -> None:
     """Write the store atomically (temporary file, then rename). ``files`` maps each path to
-    the SHA-256 of its text, so the next build can say what was added, changed or removed."""
+    the SHA-256 of its text, so the next build can say what was added, changed or removed;
+    ``line_counts`` each path's number of lines (golden span labels are checked on it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"version": STORE_VERSION, "stat_fingerprint": fingerprint,
                                "corpus_fingerprint": corpus_fingerprint,
                                "walk_stats": walk_stats, "files": files or {},
+                               "line_counts": line_counts or {},
                                "chunks": [asdict(c) for c in chunks]}), encoding="utf-8")
     os.replace(tmp, path)

@@ -105,13 +105,17 @@ def _own_builds(builds: Path) -> list[Path]:
 
 
 def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalized: bool,
-            corpus_root: str, corpus_sdist: str | None = None, keep: int = 3) -> Path:
+            corpus_root: str, corpus_sdist: str | None = None, keep: int = 3,
+            settings: dict[str, Any] | None = None) -> Path:
     """Write ``index`` as a new build and make it current (atomic symlink swap).
 
     Args:
         corpus_root: the resolved corpus directory, recorded in the manifest (with the corpus
             fingerprint) and compared by :func:`load_current`.
         corpus_sdist: the sdist requirement the corpus was fetched from, if any (recorded).
+        settings: what else decided the build's contents (:func:`rag.stages.index_settings`:
+            walk rules, chunker, tokenizer, header, code versions), recorded so a reader can
+            refuse a build made under other rules.
         keep: how many of this index's own builds to keep (at least the new one).
 
     Returns:
@@ -130,6 +134,7 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         "tokenizer_version": TOKENIZER_VERSION, "chunker_version": CHUNKER_VERSION,
         "corpus_fingerprint": index.corpus_fingerprint, "corpus_root": corpus_root,
         "corpus_sdist": corpus_sdist, "chunks": len(index.chunks), "stats": index.stats,
+        "settings": settings,
     }
     (tmp / "chunks.json").write_text(json.dumps([asdict(c) for c in index.chunks]))
     if index.dense is not None:
@@ -174,6 +179,23 @@ def check_compatible(manifest: dict[str, Any], *, embedder_id: str, dim: int) ->
     if problems:
         raise IndexMismatchError("index is incompatible with the request (" + "; ".join(problems)
                                  + "); rebuild it with `rag index` using the same config")
+
+
+def settings_changes(manifest: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The names of the settings (:func:`rag.stages.index_settings`; ``corpus.*`` one level
+    down) whose recorded value differs from ``settings``; ``["all (recorded by an older
+    version)"]`` when the build recorded none."""
+    built = manifest.get("settings")
+    if not isinstance(built, dict):
+        return ["all (recorded by an older version)"]
+    out = []
+    for k in sorted(set(built) | set(settings)):
+        a, b = built.get(k), settings.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{kk}" for kk in sorted(set(a) | set(b)) if a.get(kk) != b.get(kk)]
+        elif a != b:
+            out.append(k)
+    return out
 
 
 def check_corpus(manifest: dict[str, Any], expect: dict[str, Any]) -> None:

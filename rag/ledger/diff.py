@@ -203,11 +203,19 @@ def render_text(summary: dict[str, Any]) -> str:
                   "(no hit, dropped or weak)"]
         lines += [f"  {d['query_id']}: A {d['returned_a']} -> B {d['returned_b']}"
                   for d in summary.get("negatives_changed", [])]
+    def hits(d: dict, side: str) -> str:
+        """The returned top hits, or why there were none (the rank is of the ranking before
+        abstention, so a dropped query can rank and still return nothing)."""
+        shown = d[f"top_hits_{side}"]
+        if shown and shown != "nan":
+            return shown
+        return f"(none returned: {d.get(f'returned_{side}') or 'no hit'})"
+
     lines += ["", "moved most:"]
     for d in summary["moved_most"]:
         lines += [f"  {d['query_id']}: A {fmt(d['rank_a'])} -> B {fmt(d['rank_b'])} "
                   f"({d['outcome']}, reciprocal rank change {d['rr_change']:.3f})",
-                  f"    A top hits: {d['top_hits_a']}", f"    B top hits: {d['top_hits_b']}"]
+                  f"    A top hits: {hits(d, 'a')}", f"    B top hits: {hits(d, 'b')}"]
     return "\n".join(lines)
 
 

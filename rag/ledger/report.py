@@ -348,9 +348,13 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
                 ptxt = "" if p is None else f", p {'<0.001' if p < 0.001 else f'{p:.3f}'}{star}"
                 return f"{v['mrr']:.3f} ({v['mrr_delta']:+.3f}{ptxt})"
 
-            cells = [f"`{g['config']}`", *[mrr(c) for c in corpora], fmt(g["macro"].get("mrr")),
+            def macro(m: str) -> str:
+                v = g["macro"].get(m)
+                return fmt(v) if v is not None else f"n/a ({g['corpora_with_rows']} corpora)"
+
+            cells = [f"`{g['config']}`", *[mrr(c) for c in corpora], macro("mrr"),
                      *[fmt(g["corpora"].get(c, {}).get("recall_at_8")) for c in corpora],
-                     fmt(g["macro"].get("recall_at_8"))]
+                     macro("recall_at_8")]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
     return out

@@ -137,8 +137,8 @@ def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[s
     jobs, skipped = [], {}
     for r in runs:
         t = r.data.tags
-        if t.get("is_baseline") == "true":
-            continue
+        if t.get("is_baseline") == "true" or not t.get("sweep_baseline"):
+            continue  # a baseline, or a sweep without one (a suite alone): nothing to compare
         base = baselines.get(t.get("sweep_baseline_job"))
         if base is None:
             skipped[r.info.run_id] = f"no finished baseline row '{t.get('sweep_baseline_job')}'"
@@ -206,11 +206,28 @@ def suite_corpora(config: Any) -> dict[str, str]:
     dirs = [Path(str(src.path)) for src in config.hydra.runtime.get("config_sources", [])
             if str(src.schema) == "file"] or [project_root() / "conf"]
 
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
     params = config.hydra.sweeper.get("params") or {}
-    if not config.get("suite") or not config.suite.name or "corpus" not in params:
+    if not config.get("suite") or not config.suite.name:
         return {}
+    # the command line's corpus=... wins over the suite file's, as it does for the jobs
+    given = [o.split("=", 1)[1] for o in config.hydra.overrides.task
+             if o.split("=", 1)[0].lstrip("+~") == "corpus" and "=" in o]
+    value = given[-1] if given else params.get("corpus")
+    if value is None:
+        return {}
+    parsed = OverridesParser.create().parse_override(f"corpus={value}")
+    if not parsed.is_sweep_override():
+        options = [str(parsed.value())]
+    elif isinstance(parsed.value(), ChoiceSweep):
+        options = [str(o) for o in parsed.sweep_string_iterator()]
+    else:
+        raise ValueError(f"suite {config.suite.name!r}: list the corpora (corpus: a,b or "
+                         f"choice(a,b)), not {value!r}")
     out = {}
-    for opt in [o.strip() for o in str(params["corpus"]).split(",") if o.strip()]:
+    for opt in options:
         f = next((d / "corpus" / f"{opt}.yaml" for d in dirs
                   if (d / "corpus" / f"{opt}.yaml").is_file()), None)
         if f is None:
@@ -227,8 +244,9 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
                   ) -> list[dict[str, Any]]:
     """Per configuration of a suite (a row's ``sweep_job`` without its ``corpus=`` part), the
     value of each metric on every corpus and their macro average (the unweighted mean over
-    the corpora that have the metric), with each corpus's ΔMRR and Holm p when the sweep had a
-    baseline.
+    the suite's corpora — every corpus that has a row; absent when a configuration lacks the
+    metric on one of them, so a partial mean never looks like a winner), with each corpus's
+    ΔMRR and Holm p when the sweep had a baseline.
 
     Args:
         rows: the suite's rows, anything with ``.tags``, ``.metrics``, ``.experiment``
@@ -236,7 +254,7 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
 
     Returns:
         ``[{"config": label, "corpora": {experiment: {metric: value, ...}}, "macro":
-        {metric: mean}}]`` in first-seen order.
+        {metric: mean}, "corpora_with_rows": "k/n"}]`` in first-seen order.
     """
     groups: dict[str, dict[str, dict[str, float]]] = {}
     for r in rows:
@@ -247,14 +265,16 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
             if k in r.metrics:
                 vals[k] = float(r.metrics[k])
         groups.setdefault(label, {})[r.experiment] = vals
+    every = list(dict.fromkeys(r.experiment for r in rows))  # the suite's corpora
     out = []
     for label, corpora in groups.items():
         macro = {}
         for m in metrics:
             have = [v[m] for v in corpora.values() if m in v]
-            if have:
+            if len(have) == len(every):  # a mean over some corpora would mislead
                 macro[m] = sum(have) / len(have)
-        out.append({"config": label, "corpora": corpora, "macro": macro})
+        out.append({"config": label, "corpora": corpora, "macro": macro,
+                    "corpora_with_rows": f"{len(corpora)}/{len(every)}"})
     return out
 
 
@@ -285,7 +305,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         corpora = list(suite_corpora(config).values()) or [str(config.corpus.name)]
         exps = {c: ledger.experiment_id(f"{t.experiment_prefix}-{c}") for c in corpora}
         # keys that vary: the sweep file's multi-valued params and any "k=a,b" on the command line
-        varying = {str(k) for k, v in (config.hydra.sweeper.get("params") or {}).items()
+        varying = {str(k).lstrip("+~") for k, v in (config.hydra.sweeper.get("params") or {}).items()
                    if "," in str(v)}
         varying |= {o.split("=", 1)[0].lstrip("+~") for o in config.hydra.overrides.task
                     if "=" in o and "," in o.split("=", 1)[1]}

@@ -1,0 +1,488 @@
+"""TREC-style pooling of several ledger rows' rankings, for judging new (query, hit) pairs.
+
+``rag golden pool`` takes queries (the golden set's ``queries.yaml`` and/or a candidates file)
+and several ledger rows (``--runs`` or every row of a ``--sweep``), reads each row's
+``run.trec`` artifact and collects, per query, the union of the rows' top ``depth`` hits. Each
+pooled hit says whether a label of that query already judges it; ``rag golden review``
+(:mod:`rag.review`) walks the unjudged ones and writes the judgements into the golden files.
+The pool file is never the golden set.
+
+Candidates file (``--queries FILE``)::
+
+    candidates:
+      - id: cand-streaming          # same entry shape as queries.yaml entries ...
+        query: how do I stream a large response
+        tags: [prose]
+        source: mined:github 4562   # ... plus where it came from (golden/README.md)
+        # relevant: / not_relevant: optional (review writes not_relevant here until the
+        # candidate's first relevant label moves it into queries.yaml)
+
+Pool file (JSON Lines, UTF-8, one JSON object per line):
+
+* line 1, the header: ``{"pool": 1, "golden": ABS_DIR, "corpus": NAME|null,
+  "corpus_root": DIR|null, "depth": K, "queries_files": [ABS_FILE, ...],
+  "runs": [{"id": RUN_ID_OR_FILE, "label": TEXT, "corpus": NAME|null,
+  "corpus_root": DIR|null}, ...], "created": ISO-8601}``; ``corpus_root`` is the rows'
+  ``corpus_root`` tag when they agree (review's default corpus root).
+* then one line per query, in the order of the queries files: ``{"query_id": ID,
+  "query": TEXT, "origin": "queries.yaml" | ABS_CANDIDATES_FILE, "source": TEXT|null,
+  "missing_in": [RUN, ...], "hits": [HIT, ...]}``, where ``missing_in`` lists the rows whose
+  run file has no ranking for the query and each HIT is ``{"docno": DOCNO, "doc": DOC_ID,
+  "path": PATH, "symbol": SYMBOL|null, "lines": [A, B]|null, "best_rank": R, "runs": [RUN, ...],
+  "judged": "relevant" | "not_relevant" | null, "label": DOC_KEY|null}``. ``docno`` is the
+  run file's field, ``doc`` its decoded doc id (:func:`rag.eval.golden.unquote_docno`):
+  ``path``, ``path#symbol`` or ``path#L<a>-<b>`` (``symbol`` / ``lines`` split out of it);
+  ``best_rank`` the best 1-based rank over the rows; ``runs`` the
+  rows that ranked it within ``depth`` (header ids); ``label`` the label that judges it. Hits
+  are ordered by best rank, then by how many rows found them (most first), then doc id.
+
+A hit is judged when a ``relevant:`` or ``not_relevant:`` label of its query names the same
+unit (see :func:`judgement`): ``path#symbol`` / ``path#L<a>-<b>`` by a label of that path and
+symbol / lines, or by a whole-file label of that path (it covers every chunk); ``path`` by a
+whole-file label; and a ``path`` hit of a query whose relevant labels narrow that path (a
+``symbol`` or ``lines``) counts as judged not relevant: a run names the whole-file unit only
+for a chunk other than the labelled ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE, unquote_docno
+
+POOL_VERSION = 1
+DEFAULT_DEPTH = 10
+GOLDEN_ORIGIN = QUERIES_FILE  # the ``origin`` of a query that lives in the golden queries.yaml
+
+
+class PoolError(ValueError):
+    """A bad input of pooling (queries file, run file, ledger rows); one line."""
+
+
+@dataclass
+class PoolQuery:
+    """One query to pool: its labels (raw label mappings) and where it lives."""
+
+    id: str
+    query: str
+    origin: str  # GOLDEN_ORIGIN or the absolute path of a candidates file
+    source: str | None = None
+    relevant: list[dict[str, Any]] = field(default_factory=list)
+    not_relevant: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunSource:
+    """One row's ranking: id (run id or file), display label, and query id -> docnos in rank
+    order."""
+
+    id: str
+    label: str
+    ranking: dict[str, list[str]]
+    corpus: str | None = None
+    corpus_root: str | None = None
+
+
+# ---------------------------------------------------------------------------- labels
+
+def _labels(raw: Any) -> list[dict[str, Any]]:
+    return [lab for lab in raw if isinstance(lab, Mapping) and isinstance(lab.get("path"), str)] \
+        if isinstance(raw, list) else []
+
+
+_SPAN = re.compile(r"^L(\d+)-(\d+)$")
+
+
+def split_doc(doc: str) -> tuple[str, str | None, tuple[int, int] | None]:
+    """A doc id as (path, symbol, lines): ``path``, ``path#symbol`` or ``path#L<a>-<b>``
+    (a span, as :attr:`rag.eval.golden.Label.doc_key` names it)."""
+    path, _, rest = doc.partition("#")
+    m = _SPAN.match(rest)
+    if m:
+        return path, None, (int(m.group(1)), int(m.group(2)))
+    return path, rest or None, None
+
+
+def label_key(label: Mapping[str, Any]) -> str:
+    """A raw label's doc id, as :attr:`rag.eval.golden.Label.doc_key`: ``path``,
+    ``path#symbol`` or ``path#L<start>-<end>``."""
+    if label.get("symbol"):
+        return f"{label['path']}#{label['symbol']}"
+    lines = label.get("lines")
+    if isinstance(lines, list) and len(lines) == 2:
+        return f"{label['path']}#L{lines[0]}-{lines[1]}"
+    return str(label["path"])
+
+
+def _narrows(label: Mapping[str, Any]) -> bool:
+    return bool(label.get("symbol") or label.get("lines"))
+
+
+def judgement(doc: str, relevant: Sequence[Mapping[str, Any]],
+              not_relevant: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """Whether the labels of one query judge the doc id ``doc`` (``path``, ``path#symbol`` or
+    ``path#L<a>-<b>``): ``("relevant" | "not_relevant", label doc id)`` or ``(None, None)``.
+
+    In order: a label naming the same unit (same doc id); a whole-file label of the doc's
+    path (it covers every chunk); for a whole-file doc, a relevant label narrowing that path
+    to a symbol or lines (a run names the whole-file unit only for another chunk of the
+    path: not relevant, as the evaluation scores it).
+    """
+    path = split_doc(doc)[0]
+    lists = (("relevant", relevant), ("not_relevant", not_relevant))
+    for verdict, labels in lists:  # the same unit
+        for lab in labels:
+            if label_key(lab) == doc:
+                return verdict, doc
+    if doc != path:
+        for verdict, labels in lists:  # a whole-file label covers every chunk
+            for lab in labels:
+                if lab["path"] == path and not _narrows(lab):
+                    return verdict, label_key(lab)
+        return None, None
+    for lab in relevant:
+        if lab["path"] == path and _narrows(lab):
+            return "not_relevant", label_key(lab)
+    return None, None
+
+
+# ---------------------------------------------------------------------------- queries
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PoolError(f"{path}: file not found") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PoolError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def _entries(data: Any, path: Path) -> tuple[str, list[Any]]:
+    if isinstance(data, dict) and isinstance(data.get("candidates"), list):
+        return "candidates", data["candidates"]
+    if isinstance(data, dict) and isinstance(data.get("queries"), list):
+        return "queries", data["queries"]
+    raise PoolError(f"{path}: expected a 'queries:' or 'candidates:' list at the top level")
+
+
+def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
+                      warn=None) -> list[PoolQuery]:
+    """The queries to pool, in file order.
+
+    Args:
+        golden_dir: the golden directory; its ``queries.yaml`` holds the judged queries.
+        files: queries files (``queries:`` list, e.g. the golden ``queries.yaml``) or
+            candidates files (``candidates:`` list); default: the golden ``queries.yaml``.
+            A candidate whose id is in the golden ``queries.yaml`` is that query (it was moved
+            there by a review); one whose id is a negative's is left out (warned).
+        warn: called with one line per query left out (default: print to stderr).
+
+    Raises:
+        PoolError: a missing or invalid file, an entry without id or query text.
+    """
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    golden_dir = Path(golden_dir)
+    gfile = (golden_dir / QUERIES_FILE).resolve()
+    if not golden_dir.is_dir():
+        raise PoolError(f"{golden_dir}: golden directory not found")
+    golden: dict[str, PoolQuery] = {}
+    gdata = _read_yaml(gfile) if gfile.is_file() else {"queries": []}
+    for item in _entries(gdata, gfile)[1] or []:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            golden[item["id"]] = PoolQuery(
+                id=item["id"], query=str(item.get("query") or "").strip(), origin=GOLDEN_ORIGIN,
+                source=item.get("source"), relevant=_labels(item.get("relevant")),
+                not_relevant=_labels(item.get("not_relevant")))
+    negatives = set()
+    nfile = golden_dir / NEGATIVES_FILE
+    if nfile.is_file():
+        ndata = _read_yaml(nfile)
+        if isinstance(ndata, dict) and isinstance(ndata.get("negatives"), list):
+            negatives = {n.get("id") for n in ndata["negatives"] if isinstance(n, dict)}
+    out: list[PoolQuery] = []
+    seen: dict[str, Path] = {}
+    for f in (files if files else [gfile]):
+        f = Path(f).resolve()
+        kind, items = _entries(gdata if f == gfile else _read_yaml(f), f)
+        for n, item in enumerate(items, 1):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str) \
+                    or not isinstance(item.get("query"), str) or not item["query"].strip():
+                raise PoolError(f"{f}: {kind} entry {n} needs an 'id' and a non-empty 'query'")
+            qid = item["id"]
+            if qid in seen:
+                warn(f"{f}: query {qid!r} already read from {seen[qid]}; this one is left out")
+                continue
+            if qid in negatives and qid not in golden:
+                warn(f"{f}: query {qid!r} has the id of a negative in {nfile}; left out")
+                continue
+            seen[qid] = f
+            if qid in golden:
+                out.append(golden[qid])
+            elif f == gfile:  # not a mapping with an id at load: cannot happen (checked above)
+                continue
+            else:
+                out.append(PoolQuery(id=qid, query=item["query"].strip(), origin=str(f),
+                                     source=item.get("source"),
+                                     relevant=_labels(item.get("relevant")),
+                                     not_relevant=_labels(item.get("not_relevant"))))
+    return out
+
+
+# ---------------------------------------------------------------------------- runs
+
+def parse_run_text(text: str, where: str) -> dict[str, list[str]]:
+    """A TREC run file's text as query id -> docnos in rank order (the rank column orders a
+    query's lines, ties by docno, as :func:`rag.retriever.parse_run_file` reads them).
+
+    Raises:
+        PoolError: a line without six fields or with a non-integer rank (``where:line``).
+    """
+    rows: dict[str, list[tuple[int, str]]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 6:
+            raise PoolError(f"{where}:{n}: a TREC run line has 6 fields "
+                            f"(qid Q0 docno rank score tag), got {len(parts)}")
+        qid, _, doc, rank, _, _ = parts
+        try:
+            rows.setdefault(qid, []).append((int(rank), doc))
+        except ValueError:
+            raise PoolError(f"{where}:{n}: rank must be an integer, got {rank!r}") from None
+    return {q: [d for _, d in sorted(r)] for q, r in rows.items()}
+
+
+def run_file_sources(files: Iterable[Path]) -> list[RunSource]:
+    """Run files given directly (``--run-file``): each is one row, named by its path."""
+    out = []
+    for f in files:
+        f = Path(f)
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PoolError(f"{f}: cannot read the run file ({exc.strerror or exc})") from None
+        out.append(RunSource(id=str(f), label=f.name, ranking=parse_run_text(text, str(f))))
+    return out
+
+
+def _row_label(run: Any) -> str:
+    tags = run.data.tags
+    return tags.get("sweep_job") or tags.get("mlflow.runName") or run.info.run_id[:8]
+
+
+def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | None = None,
+                   corpus: str | None = None, warn=None) -> list[RunSource]:
+    """The ``run.trec`` of ledger rows: ``runs`` (ids or unique prefixes) or every finished
+    row tagged ``sweep_id = sweep`` (of ``corpus`` when given: a suite's sweep spans corpora).
+
+    Raises:
+        PoolError: no row matches, rows of different corpora, a row without run.trec, or a
+            store that cannot be opened (one line each).
+    """
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    try:
+        ledger = Ledger(uri, create=False)
+        if sweep is not None:
+            if "'" in sweep:
+                raise PoolError(f"--sweep {sweep!r}: a sweep id holds no quote")
+            exps = [e.experiment_id for e in ledger.client.search_experiments()]
+            rows = ledger.rows(exps, where=f"tags.sweep_id = '{sweep}'")
+            if not rows:
+                raise PoolError(f"no finished ledger row is tagged sweep_id={sweep!r} in {uri}")
+            if corpus:
+                other = [r for r in rows if r.data.tags.get("corpus") not in (None, corpus)]
+                if other:
+                    warn(f"{len(other)} row(s) of sweep {sweep} are of another corpus than "
+                         f"{corpus!r}; left out")
+                rows = [r for r in rows if r not in other]
+                if not rows:
+                    raise PoolError(f"no row of sweep {sweep!r} is of corpus {corpus!r}")
+        else:
+            rows = [ledger.client.get_run(ledger.resolve_run_id(ref)) for ref in runs or []]
+        corpora = sorted({r.data.tags.get("corpus") for r in rows} - {None})
+        if len(corpora) > 1:
+            raise PoolError(f"the rows are of different corpora ({', '.join(corpora)}); pool "
+                            "rows of one corpus")
+        if corpus and corpora and corpora != [corpus]:
+            raise PoolError(f"the rows are of corpus {corpora[0]!r}, the golden set of {corpus!r}")
+        out = []
+        for r in rows:
+            rid = r.info.run_id
+            text = ledger.download_text(rid, "run.trec")
+            out.append(RunSource(id=rid, label=_row_label(r),
+                                 ranking=parse_run_text(text, f"row {rid[:8]} run.trec"),
+                                 corpus=r.data.tags.get("corpus"),
+                                 corpus_root=r.data.tags.get("corpus_root")))
+        return out
+    except LookupError as exc:
+        raise PoolError(str(exc).strip("'\"")) from None
+    except LedgerError as exc:
+        raise PoolError(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------- pooling
+
+def pool(queries: Sequence[PoolQuery], runs: Sequence[RunSource], *,
+         depth: int = DEFAULT_DEPTH) -> list[dict[str, Any]]:
+    """Per query (in order), the union of every run's top ``depth`` docnos (one record per
+    query; the shape of a pool file's query line, see the module docstring)."""
+    if depth < 1:
+        raise PoolError(f"--depth must be >= 1, got {depth}")
+    records = []
+    for q in queries:
+        hits: dict[str, dict[str, Any]] = {}
+        missing = []
+        for run in runs:
+            docs = run.ranking.get(q.id)
+            if docs is None:
+                missing.append(run.id)
+                continue
+            for rank, docno in enumerate(docs[:depth], start=1):
+                h = hits.get(docno)
+                if h is None:
+                    doc = unquote_docno(docno)
+                    path, symbol, lines = split_doc(doc)
+                    verdict, label = judgement(doc, q.relevant, q.not_relevant)
+                    h = hits[docno] = {"docno": docno, "doc": doc, "path": path,
+                                       "symbol": symbol,
+                                       "lines": list(lines) if lines else None, "best_rank": rank, "runs": [],
+                                       "judged": verdict, "label": label}
+                h["best_rank"] = min(h["best_rank"], rank)
+                if run.id not in h["runs"]:
+                    h["runs"].append(run.id)
+        ordered = sorted(hits.values(), key=lambda h: (h["best_rank"], -len(h["runs"]), h["doc"]))
+        records.append({"query_id": q.id, "query": q.query, "origin": q.origin,
+                        "source": q.source, "missing_in": missing, "hits": ordered})
+    return records
+
+
+def pool_header(golden_dir: Path, runs: Sequence[RunSource], *, depth: int,
+                queries_files: Sequence[Path], corpus: str | None) -> dict[str, Any]:
+    """The pool file's first line (see the module docstring)."""
+    roots = {r.corpus_root for r in runs if r.corpus_root}
+    return {"pool": POOL_VERSION, "golden": str(Path(golden_dir).resolve()), "corpus": corpus,
+            "corpus_root": roots.pop() if len(roots) == 1 else None, "depth": depth,
+            "queries_files": [str(Path(f).resolve()) for f in queries_files],
+            "runs": [{"id": r.id, "label": r.label, "corpus": r.corpus,
+                      "corpus_root": r.corpus_root} for r in runs],
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_pool(path: Path, header: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> None:
+    """Write a pool file (JSON Lines: the header, then one line per query)."""
+    lines = [json.dumps(header, ensure_ascii=False)]
+    lines += [json.dumps(r, ensure_ascii=False) for r in records]
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_pool(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A pool file's header and query records.
+
+    Raises:
+        PoolError: not a pool file (missing, not JSON Lines, no header, another version).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PoolError(f"{path}: cannot read the pool file ({exc.strerror or exc})") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise PoolError(f"{path}:{n}: not a JSON line ({exc.msg})") from None
+    if not rows or not isinstance(rows[0], dict) or rows[0].get("pool") != POOL_VERSION:
+        raise PoolError(f"{path}: not a pool file of version {POOL_VERSION} "
+                        "(written by rag golden pool)")
+    for n, r in enumerate(rows[1:], 2):
+        if not isinstance(r, dict) or not {"query_id", "query", "origin", "hits"} <= set(r):
+            raise PoolError(f"{path}:{n}: a query line needs query_id, query, origin and hits")
+    return rows[0], rows[1:]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+def add_pool_parser(sub) -> argparse.ArgumentParser:
+    """Register ``pool`` on the ``rag golden`` action subparsers."""
+    p = sub.add_parser(
+        "pool",
+        help="pool several ledger rows' top-k hits per query (TREC pooling) for judging",
+        description=(
+            "Read the run.trec of several ledger rows (--runs, or every row of --sweep) and "
+            "collect, per query, the union of their top --depth hits, each with its best rank, "
+            "the rows that found it and whether a relevant/not_relevant label of the query "
+            "already judges it. Writes a pool file (JSON Lines; format: rag/eval/pooling.py) "
+            "for rag golden review; the golden set is not changed."))
+    p.add_argument("--golden", required=True, metavar="DIR",
+                   help="the golden directory (queries.yaml, negatives.yaml)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--runs", nargs="+", metavar="ID", help="ledger rows (run ids or unique prefixes)")
+    src.add_argument("--sweep", metavar="SWEEP_ID",
+                     help="every finished row tagged with this sweep_id (of the golden set's corpus)")
+    src.add_argument("--run-file", nargs="+", metavar="FILE", dest="run_files",
+                     help="TREC run files instead of ledger rows (one row each)")
+    p.add_argument("--queries", action="append", metavar="FILE", default=None,
+                   help="a queries file (queries: list) or a candidates file (candidates: list, "
+                        "entries as in queries.yaml plus source:); repeatable; default: the "
+                        "golden queries.yaml (give it too to pool both)")
+    p.add_argument("--depth", type=int, default=DEFAULT_DEPTH, metavar="K",
+                   help=f"hits taken from each row per query (default {DEFAULT_DEPTH})")
+    p.add_argument("--out", default="pool.jsonl", metavar="FILE",
+                   help="the pool file to write (default pool.jsonl)")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                        "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    return p
+
+
+def pool_command(args: argparse.Namespace) -> int:
+    """``rag golden pool``: write a pool file; exit 2 with one ``error:`` line on bad input."""
+    golden = Path(args.golden)
+    try:
+        out = Path(args.out)
+        if out.resolve().parent == golden.resolve() and out.name in (QUERIES_FILE, NEGATIVES_FILE):
+            raise PoolError(f"--out {out}: the pool file is never a golden file")
+        files = [Path(f) for f in args.queries] if args.queries else [golden / QUERIES_FILE]
+        queries = load_pool_queries(golden, files)
+        corpus = None
+        gfile = golden / QUERIES_FILE
+        if gfile.is_file():
+            data = _read_yaml(gfile)
+            corpus = str(data["corpus"]) if isinstance(data, dict) and data.get("corpus") else None
+        if getattr(args, "run_files", None):
+            runs = run_file_sources(Path(f) for f in args.run_files)
+        else:
+            from rag.config import default_tracking_uri
+
+            runs = ledger_sources(default_tracking_uri(args.tracking_uri), runs=args.runs,
+                                  sweep=args.sweep, corpus=corpus)
+        records = pool(queries, runs, depth=args.depth)
+        write_pool(out, pool_header(golden, runs, depth=args.depth, queries_files=files,
+                                    corpus=corpus), records)
+    except (PoolError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    hits = sum(len(r["hits"]) for r in records)
+    todo = sum(1 for r in records for h in r["hits"] if h["judged"] is None)
+    unranked = sum(1 for r in records if len(r["missing_in"]) == len(runs))
+    print(f"pooled {len(runs)} row(s) at depth {args.depth} over {len(records)} queries: "
+          f"{hits} hits, {todo} unjudged in "
+          f"{sum(1 for r in records if any(h['judged'] is None for h in r['hits']))} queries"
+          + (f"; {unranked} queries ranked by no row" if unranked else "") + f"; wrote {out}")
+    return 0

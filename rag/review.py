@@ -1,0 +1,759 @@
+"""``rag golden review``: judge the unjudged (query, hit) pairs of a pool file in a terminal.
+
+Each pair shows the query and the hit's code, read from the corpus root: the lines of the
+symbol for a ``path#symbol`` hit (the file chunked as the index chunks it,
+:func:`rag.corpus.chunk.chunk_document`), the file from its first line for a path hit (at most
+``--max-lines`` lines). Syntax highlighting (rich) when stdout is a terminal, plain numbered
+lines otherwise (``--color``). Line-based: no mouse, no alternate screen, works over SSH.
+
+Keys (one keypress on a terminal; one per line with ``--script FILE`` or ``-`` for stdin, or
+whenever stdin is not a terminal; blank lines and ``#`` lines of a script are ignored):
+
+``y``  relevant: a label (``path``, or ``path`` + ``symbol``) is appended to the query's
+       ``relevant:`` in queries.yaml; a candidate not yet there is first appended to
+       queries.yaml (every key of its entry, ``source:`` included).
+``n``  not relevant: the label is appended to the query's ``not_relevant:`` (for a candidate
+       not yet in queries.yaml: in its entry of the candidates file).
+``s``  skip this pair (it comes back in the next session).
+``e``  edit the query text (on a terminal: prompted; in a script: ``e NEW TEXT``); the pair is
+       shown again.
+``q``  quit. Every judgement is written when it is made, so a session can stop anywhere and
+       the next one skips every pair that is judged by then.
+
+The YAML files are rewritten with ruamel.yaml's round trip: comments, key order, quoting and
+blank lines are kept. After each write of queries.yaml the golden set is loaded with
+:func:`rag.eval.golden.load_golden`; if it loaded before the session and no longer does, the
+write is undone and the session stops (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, TextIO
+
+from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE
+from rag.eval.pooling import GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc
+
+KEYS = {"y": "relevant", "n": "not relevant", "s": "skip", "e": "edit the query text",
+        "q": "quit"}
+PROMPT = "[y] relevant  [n] not relevant  [s] skip  [e] edit query  [q] quit > "
+DEFAULT_MAX_LINES = 80
+
+
+class ReviewError(RuntimeError):
+    """A review cannot go on (bad input, a write that breaks the golden set); one line."""
+
+
+# ---------------------------------------------------------------------------- YAML round trip
+
+def _yaml_for(text: str):
+    """A round-trip ruamel.yaml instance that writes ``text`` back unchanged (indentation
+    guessed from it, long lines never re-wrapped, quotes kept)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.width = 1 << 16
+    try:
+        _, ind, bsi = load_yaml_guess_indent(text)
+    except Exception:  # noqa: BLE001 - the real load reports the error
+        ind, bsi = None, None
+    bsi = bsi or 0
+    ind = ind or (4 if bsi else 2)
+    y.indent(mapping=ind - bsi if ind - bsi >= 2 else 2, sequence=ind, offset=bsi)
+    return y
+
+
+def _containers():
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    return CommentedMap, CommentedSeq
+
+
+def _tail_slot(node):
+    """Where the comment after a node's last line lives: (container, key/index, position)."""
+    cmap, cseq = _containers()
+    while True:
+        if isinstance(node, cmap) and len(node):
+            k = list(node.keys())[-1]
+            if isinstance(node[k], (cmap, cseq)) and len(node[k]):
+                node = node[k]
+                continue
+            return node, k, 2
+        if isinstance(node, cseq) and len(node):
+            i = len(node) - 1
+            if isinstance(node[i], (cmap, cseq)) and len(node[i]):
+                node = node[i]
+                continue
+            return node, i, 0
+        return None
+
+
+def _get_token(slot):
+    node, k, pos = slot
+    entry = node.ca.items.get(k)
+    return entry[pos] if entry and len(entry) > pos else None
+
+
+def _set_token(slot, token) -> None:
+    node, k, pos = slot
+    entry = node.ca.items.setdefault(k, [None, None, None, None] if pos == 2 else [None, None])
+    entry[pos] = token
+
+
+def _new_token(value: str):
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    return CommentToken(value, CommentMark(0), None)
+
+
+def grow(container, change: Callable[[], None], *, gap: bool = False) -> None:
+    """Apply ``change`` (which adds something at the end of ``container``) so that the lines
+    that followed the container's old last line (blank lines, comments before the next
+    entry) follow the new last line instead; an end-of-line comment stays where it was.
+    ``gap``: leave one blank line between the old last line and the new content."""
+    before = _tail_slot(container)
+    token = _get_token(before) if before is not None else None
+    change()
+    after = _tail_slot(container)
+    if before is None or after is None or (before[0] is after[0] and before[1] == after[1]
+                                           and _get_token(after) is token):
+        return
+    if token is None:
+        if gap:
+            _set_token(before, _new_token("\n\n"))
+        return
+    first, nl, rest = token.value.partition("\n")
+    if rest:
+        moved = copy.copy(token)
+        moved.value = "\n" + rest
+        _set_token(after, moved)
+    token.value = first + nl + ("\n" if gap else "")
+
+
+def _fresh(node):
+    """A copy of a loaded node without its comments (flow style of lists and maps kept)."""
+    cmap, cseq = _containers()
+    if isinstance(node, cmap):
+        out = cmap((k, _fresh(v)) for k, v in node.items())
+        if node.fa.flow_style():
+            out.fa.set_flow_style()
+        return out
+    if isinstance(node, cseq):
+        out = cseq(_fresh(v) for v in node)
+        if node.fa.flow_style():
+            out.fa.set_flow_style()
+        return out
+    return node
+
+
+@dataclass
+class _YamlFile:
+    path: Path
+    yaml: Any
+    data: Any
+    text: str
+
+
+class GoldenEditor:
+    """The golden ``queries.yaml`` (and candidates files), edited in place with round trips.
+
+    Args:
+        golden_dir: the golden directory.
+        verify: after each write of queries.yaml, load the set with ``load_golden`` and undo
+            the write if it no longer loads (only if it loaded when the editor was opened).
+    """
+
+    def __init__(self, golden_dir: Path, *, verify: bool = True) -> None:
+        self.dir = Path(golden_dir)
+        if not (self.dir / QUERIES_FILE).is_file():
+            raise ReviewError(f"{self.dir}: no {QUERIES_FILE} there")
+        self.files: dict[Path, _YamlFile] = {}
+        self.queries = self._open(self.dir / QUERIES_FILE)
+        if not isinstance(self.queries.data, dict) or not isinstance(self.queries.data.get("queries"), list):
+            raise ReviewError(f"{self.queries.path}: needs a 'queries:' list")
+        self.negative_ids = self._negative_ids()
+        self.load_problem: str | None = None
+        self.verify = verify
+        self.replaced: list[str] = []  # narrower labels a whole-file label replaced
+        if verify:
+            self.load_problem = self._load_problem()
+
+    def _negative_ids(self) -> set[str]:
+        import yaml
+
+        nfile = self.dir / NEGATIVES_FILE
+        try:
+            data = yaml.safe_load(nfile.read_text(encoding="utf-8")) if nfile.is_file() else None
+        except (yaml.YAMLError, UnicodeDecodeError):
+            return set()
+        items = data.get("negatives") if isinstance(data, dict) else None
+        return {n.get("id") for n in items or [] if isinstance(n, dict)}
+
+    def _open(self, path: Path) -> _YamlFile:
+        path = Path(path).resolve()
+        if path in self.files:
+            return self.files[path]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ReviewError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        y = _yaml_for(text)
+        try:
+            data = y.load(text)
+        except Exception as exc:  # noqa: BLE001 - ruamel's YAMLError and its kin
+            raise ReviewError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        f = self.files[path] = _YamlFile(path, y, data, text)
+        return f
+
+    def _load_problem(self) -> str | None:
+        from rag.eval.golden import GoldenError, load_golden
+
+        try:
+            load_golden(self.dir)
+        except GoldenError as exc:
+            return "; ".join(exc.problems)
+        return None
+
+    def _save(self, f: _YamlFile) -> None:
+        buf = io.StringIO()
+        f.yaml.dump(f.data, buf)
+        old, new = f.text, buf.getvalue()
+        _write(f.path, new)
+        f.text = new
+        if self.verify and self.load_problem is None and f.path == self.queries.path:
+            problem = self._load_problem()
+            if problem is not None:
+                _write(f.path, old)
+                f.text, f.data = old, f.yaml.load(old)
+                raise ReviewError(f"the write was undone: the golden set would no longer load "
+                                  f"with rag.eval.golden.load_golden: {problem}")
+
+    # -- lookups
+
+    def golden_entry(self, qid: str):
+        for item in self.queries.data["queries"]:
+            if isinstance(item, dict) and item.get("id") == qid:
+                return item
+        return None
+
+    def entry(self, qid: str, origin: str):
+        """The query's entry and its file: queries.yaml first, else the candidates file."""
+        item = self.golden_entry(qid)
+        if item is not None:
+            return item, self.queries
+        if origin == GOLDEN_ORIGIN or not Path(origin).is_file():
+            return None, None
+        f = self._open(Path(origin))
+        items = f.data.get("candidates") if isinstance(f.data, dict) else None
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("id") == qid:
+                return item, f
+        return None, None
+
+    def labels(self, qid: str, origin: str) -> tuple[list[dict], list[dict]]:
+        item, _ = self.entry(qid, origin)
+        if item is None:
+            return [], []
+
+        def good(raw):
+            return [lab for lab in raw if isinstance(lab, dict) and isinstance(lab.get("path"), str)] \
+                if isinstance(raw, list) else []
+        return good(item.get("relevant")), good(item.get("not_relevant"))
+
+    def judged(self, qid: str, origin: str, doc: str) -> str | None:
+        rel, nrel = self.labels(qid, origin)
+        return judgement(doc, rel, nrel)[0]
+
+    # -- writes
+
+    def _append_label(self, item, key: str, doc: str) -> None:
+        cmap, cseq = _containers()
+        path, symbol, lines = split_doc(doc)
+        label = cmap([("path", path)])
+        if symbol:
+            label["symbol"] = symbol
+        if lines:
+            span = cseq(lines)
+            span.fa.set_flow_style()
+            label["lines"] = span
+        if isinstance(item.get(key), list) and len(item[key]):
+            seq = item[key]
+
+            def change():
+                if doc == path:  # a whole-file label replaces the narrower ones of its path
+                    for i in reversed(range(len(seq))):
+                        if isinstance(seq[i], dict) and seq[i].get("path") == path:
+                            self.replaced.append(label_key(seq[i]))
+                            del seq[i]
+                seq.append(label)
+            grow(item, change)
+            return
+        item.pop(key, None)  # an empty list
+        keys = list(item.keys())
+        # relevant before not_relevant, both after the query's other keys
+        if key == "relevant" and "not_relevant" in keys:
+            at = keys.index("not_relevant")
+        elif key == "not_relevant" and "relevant" in keys:
+            at = keys.index("relevant") + 1
+        else:
+            at = len(keys)
+        grow(item, lambda: item.insert(at, key, cseq([label])))
+
+    def judge(self, qid: str, origin: str, doc: str, relevant: bool) -> str:
+        """Write one judgement; returns the file written."""
+        item, f = self.entry(qid, origin)
+        if item is None:
+            raise ReviewError(f"query {qid!r} is in neither {self.queries.path} nor {origin}")
+        if relevant and f is not self.queries:  # a candidate's first relevant label
+            if qid in self.negative_ids:
+                raise ReviewError(f"candidate {qid!r} has the id of a negative in "
+                                  f"{self.dir / NEGATIVES_FILE}; rename it first")
+            new = _fresh(item)
+            if "relevant" in new and not new["relevant"]:  # an empty relevant: list
+                del new["relevant"]
+            self._append_label(new, "relevant", doc)
+            seq = self.queries.data["queries"]
+            grow(seq, lambda: seq.append(new), gap=_separated(seq))
+            self._save(self.queries)
+            return str(self.queries.path)
+        self._append_label(item, "relevant" if relevant else "not_relevant", doc)
+        self._save(f)
+        return str(f.path)
+
+    def edit_query(self, qid: str, origin: str, text: str) -> str:
+        """Replace the query text; returns the file written."""
+        item, f = self.entry(qid, origin)
+        if item is None:
+            raise ReviewError(f"query {qid!r} is in neither {self.queries.path} nor {origin}")
+        item["query"] = text
+        self._save(f)
+        return str(f.path)
+
+
+def _separated(seq) -> bool:
+    """Whether the entries of a list are separated by blank lines (the last gap decides)."""
+    if len(seq) < 2:
+        return False
+    slot = _tail_slot(seq[-2])
+    token = _get_token(slot) if slot else None
+    return bool(token) and token.value.partition("\n")[2].startswith("\n")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.review-tmp")
+    tmp.write_text(text, encoding="utf-8")
+    try:
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+    except OSError:
+        pass
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------- the hit's code
+
+@dataclass
+class HitCode:
+    """The lines of a hit: ``lines`` start at ``start`` (1-based); ``total`` lines in the unit."""
+
+    path: str
+    start: int
+    end: int
+    lines: list[str]
+    total: int
+    note: str = ""
+
+
+def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES) -> HitCode:
+    """The code of a hit (``path`` or ``path#symbol``) under ``corpus_root``.
+
+    Raises:
+        ReviewError: the file cannot be read.
+    """
+    from rag.corpus.chunk import chunk_document, split_lines
+    from rag.corpus.walk import Document, categorize
+
+    path, symbol, span = split_doc(doc)
+    f = Path(corpus_root) / path
+    try:
+        data = f.read_bytes()
+    except OSError as exc:
+        raise ReviewError(f"{f}: cannot read the hit's file ({exc.strerror or exc})") from None
+    text = data.decode("utf-8", errors="replace")
+    lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
+    start, end, note = 1, len(lines), ""
+    if span:
+        start, end = span[0], min(span[1], len(lines))
+    elif symbol:
+        chunks = [c for c in chunk_document(Document(path=path, category=categorize(path),
+                                                     text=text, size=len(data)))
+                  if c.symbol == symbol]
+        if chunks:
+            start, end = min(c.start_line for c in chunks), max(c.end_line for c in chunks)
+        else:
+            note = f"symbol {symbol!r} not found in the file now; the whole file is shown"
+    total = max(0, end - start + 1)
+    shown = lines[start - 1:end]
+    if max_lines and len(shown) > max_lines:
+        shown = shown[:max_lines]
+    return HitCode(path=path, start=start, end=end, lines=shown, total=total, note=note)
+
+
+def use_color(mode: str, stream: TextIO) -> bool:
+    """``always`` / ``never``, or ``auto``: when ``stream`` is a terminal (and rich imports)."""
+    if mode == "never":
+        return False
+    if mode == "auto":
+        try:
+            if not stream.isatty():
+                return False
+        except (AttributeError, ValueError):
+            return False
+    import importlib.util
+
+    return importlib.util.find_spec("rich") is not None
+
+
+@dataclass
+class Pair:
+    """One (query, hit) to judge."""
+
+    query_id: str
+    query: str
+    origin: str
+    source: str | None
+    hit: dict[str, Any]
+    runs_total: int
+
+
+def render_pair(out: TextIO, pair: Pair, code: HitCode | None, error: str | None, *,
+                index: int, total: int, color: bool, labels: tuple[list, list],
+                run_labels: dict[str, str]) -> None:
+    """Write one pair: header (query, where it lives, its labels so far, the hit's ranks) and
+    the hit's code, highlighted (rich) or plain."""
+    hit = pair.hit
+    where = "queries.yaml" if pair.origin == GOLDEN_ORIGIN else f"candidate from {Path(pair.origin).name}"
+    found = ", ".join(run_labels.get(r, r[:8]) for r in hit.get("runs", []))
+    head = [f"[{index}/{total}] {pair.query_id} ({where}"
+            + (f"; source: {pair.source}" if pair.source else "") + ")",
+            f"  query: {pair.query}"]
+    rel, nrel = labels
+    if rel:
+        head.append("  relevant: " + ", ".join(label_key(lab) for lab in rel))
+    if nrel:
+        head.append("  not relevant: " + ", ".join(label_key(lab) for lab in nrel))
+    head.append(f"  hit: {hit['doc']}  best rank {hit['best_rank']}, found by "
+                f"{len(hit.get('runs', []))}/{pair.runs_total} row(s)" + (f": {found}" if found else ""))
+    if code is not None:
+        span = f"{code.path}:{code.start}-{code.end}" if code.total else f"{code.path} (empty)"
+        more = code.total - len(code.lines)
+        head.append(f"  {span}" + (f"  (first {len(code.lines)} of {code.total} lines)" if more > 0 else ""))
+        if code.note:
+            head.append(f"  note: {code.note}")
+    if error:
+        head.append(f"  ({error})")
+    if not color:
+        out.write("\n".join(head) + "\n")
+        if code is not None:
+            width = len(str(code.start + max(len(code.lines) - 1, 0)))
+            for i, line in enumerate(code.lines):
+                out.write(f"{code.start + i:>{width}} | {line}\n")
+        out.flush()
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    console = Console(file=out, force_terminal=True, highlight=False, soft_wrap=False)
+    console.rule(style="dim")
+    console.print(Text(head[0], style="bold"))
+    for line in head[1:]:
+        console.print(Text(line, style="cyan" if line.startswith("  query:") else ""))
+    if code is not None and code.lines:
+        body = "\n".join(code.lines)
+        console.print(Syntax(body, Syntax.guess_lexer(code.path, code=body), theme="ansi_dark",
+                             line_numbers=True, start_line=code.start, word_wrap=False))
+    out.flush()
+
+
+# ---------------------------------------------------------------------------- keys
+
+class Keys:
+    """Where the keys come from: ``next()`` -> (key, argument) or None at the end."""
+
+    def next(self, out: TextIO) -> tuple[str, str | None] | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def edit(self, current: str, out: TextIO) -> str | None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class ScriptKeys(Keys):
+    """One key per line (``y``, ``n``, ``s``, ``q``, ``e NEW TEXT``); blank and ``#`` lines
+    are ignored; each key read is echoed after the prompt."""
+
+    def __init__(self, lines: Iterator[str], name: str) -> None:
+        self.lines = lines
+        self.name = name
+        self.n = 0
+
+    def next(self, out):
+        for raw in self.lines:
+            self.n += 1
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, arg = line.partition(" ")
+            key = key.lower()
+            if key not in KEYS or (arg.strip() and key != "e"):
+                raise ReviewError(f"{self.name}:{self.n}: unknown key {line!r} "
+                                  f"(one of {', '.join(KEYS)}; e takes the new text)")
+            out.write(PROMPT + line + "\n")
+            return key, arg.strip() or None
+        return None
+
+    def edit(self, current, out):
+        return None
+
+
+class TerminalKeys(Keys):
+    """One keypress (cbreak mode) from a terminal; the new query text read as a line."""
+
+    def __init__(self, stdin: TextIO) -> None:
+        self.stdin = stdin
+
+    def _getch(self) -> str:
+        import termios
+        import tty
+
+        fd = self.stdin.fileno()
+        old = termios.tcgetattr(fd)
+        try:
+            tty.setcbreak(fd)
+            return os.read(fd, 1).decode("utf-8", errors="replace")
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+    def next(self, out):
+        while True:
+            out.write(PROMPT)
+            out.flush()
+            ch = self._getch()
+            if ch in ("", "\x04"):  # EOF, Ctrl-D
+                out.write("\n")
+                return None
+            if ch == "\x03":
+                raise KeyboardInterrupt
+            out.write(ch + "\n")
+            if ch.lower() in KEYS:
+                return ch.lower(), None
+            out.write(f"unknown key {ch!r}: " + ", ".join(f"{k} {v}" for k, v in KEYS.items()) + "\n")
+
+    def edit(self, current, out):
+        out.write(f"current: {current}\nnew query text (empty: keep): ")
+        out.flush()
+        line = self.stdin.readline()  # cooked mode: the terminal's own line editing
+        return line.strip() or None
+
+
+# ---------------------------------------------------------------------------- the session
+
+@dataclass
+class Summary:
+    relevant: int = 0
+    not_relevant: int = 0
+    skipped: int = 0
+    edited: int = 0
+    left: int = 0
+    quit: bool = False
+    written: set[str] = field(default_factory=set)
+
+
+def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_total: int) -> list[Pair]:
+    """The pool's pairs that the golden files (as they are now) do not judge, in pool order."""
+    out = []
+    for r in records:
+        for h in r["hits"]:
+            if editor.judged(r["query_id"], r["origin"], h["doc"]) is None:
+                out.append(Pair(r["query_id"], r["query"], r["origin"], r.get("source"), h,
+                                runs_total))
+    return out
+
+
+def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Keys,
+           out: TextIO, *, color: bool, max_lines: int = DEFAULT_MAX_LINES,
+           verify: bool = True) -> Summary:
+    """One review session (see the module docstring); returns what was done.
+
+    Raises:
+        ReviewError / PoolError: bad pool file or golden set, a script line that is not a key,
+            a write that would break the golden set (every earlier judgement is kept).
+    """
+    header, records = read_pool(pool_file)
+    editor = GoldenEditor(golden_dir, verify=verify)
+    if editor.load_problem:
+        out.write(f"warning: the golden set does not load now ({editor.load_problem}); "
+                  "judgements are written but not checked\n")
+    if header.get("golden") and Path(header["golden"]).resolve() != Path(golden_dir).resolve():
+        out.write(f"warning: the pool was made for {header['golden']}, not {golden_dir}\n")
+    run_labels = {r["id"]: r.get("label") or r["id"][:8] for r in header.get("runs", [])}
+    pairs = pending_pairs(records, editor, len(header.get("runs", [])))
+    summary = Summary()
+    total = len(pairs)
+    out.write(f"{total} unjudged pair(s) in {pool_file}\n")
+    texts: dict[str, str] = {}
+    gone: set[str] = set()
+    for i, pair in enumerate(pairs, 1):
+        if editor.judged(pair.query_id, pair.origin, pair.hit["doc"]) is not None:
+            continue  # judged meanwhile (a path label covers this symbol hit)
+        item, _ = editor.entry(pair.query_id, pair.origin)
+        if item is None:
+            if pair.query_id not in gone:
+                gone.add(pair.query_id)
+                out.write(f"warning: query {pair.query_id!r} is no longer in the golden files; "
+                          "its pairs are left out\n")
+            continue
+        code, error = None, None
+        if corpus_root is not None:
+            try:
+                code = hit_code(corpus_root, pair.hit["doc"], max_lines=max_lines)
+            except ReviewError as exc:
+                error = str(exc)
+        else:
+            error = "no corpus root: give --corpus-root or config overrides"
+        while True:
+            pair.query = texts.get(pair.query_id) or str(item.get("query", pair.query))
+            render_pair(out, pair, code, error, index=i, total=total, color=color,
+                        labels=editor.labels(pair.query_id, pair.origin), run_labels=run_labels)
+            got = keys.next(out)
+            if got is None or got[0] == "q":
+                summary.quit = True
+                break
+            key, arg = got
+            if key == "e":
+                text = arg if arg is not None else keys.edit(pair.query, out)
+                if text:
+                    summary.written.add(editor.edit_query(pair.query_id, pair.origin, text))
+                    texts[pair.query_id] = text
+                    summary.edited += 1
+                continue
+            if key == "s":
+                summary.skipped += 1
+            else:
+                summary.written.add(editor.judge(pair.query_id, pair.origin, pair.hit["doc"],
+                                                 relevant=key == "y"))
+                if editor.replaced:
+                    out.write(f"note: {pair.hit['doc']} replaces the narrower label(s) "
+                              f"{', '.join(editor.replaced)} of that file\n")
+                    editor.replaced.clear()
+                if key == "y":
+                    summary.relevant += 1
+                else:
+                    summary.not_relevant += 1
+            item, _ = editor.entry(pair.query_id, pair.origin)  # may have moved to queries.yaml
+            break
+        if summary.quit:
+            break
+    summary.left = sum(1 for p in pairs if editor.judged(p.query_id, p.origin, p.hit["doc"]) is None
+                       and editor.entry(p.query_id, p.origin)[0] is not None)
+    return summary
+
+
+# ---------------------------------------------------------------------------- CLI
+
+def add_review_parser(sub) -> argparse.ArgumentParser:
+    """Register ``review`` on the ``rag golden`` action subparsers."""
+    p = sub.add_parser(
+        "review",
+        help="judge a pool file's unjudged (query, hit) pairs; writes into the golden files",
+        description=(
+            "Show each unjudged (query, hit) pair of a pool file (rag golden pool) with the "
+            "hit's code and read one key: y relevant, n not relevant, s skip, e edit the query "
+            "text, q quit. Each judgement is written at once into queries.yaml (relevant: / "
+            "not_relevant:, comments and order kept; a candidate moves into queries.yaml at "
+            "its first y), so a later session resumes where this one stopped."))
+    p.add_argument("--pool", required=True, metavar="FILE", help="the pool file")
+    p.add_argument("--golden", required=True, metavar="DIR",
+                   help="the golden directory to write into")
+    p.add_argument("--corpus-root", default=None, metavar="DIR",
+                   help="where the hits' files are (default: from the config overrides if "
+                        "any are given, else the rows' corpus_root recorded in the pool)")
+    p.add_argument("--script", default=None, metavar="FILE",
+                   help="read the keys from FILE ('-': stdin), one per line "
+                        "(y, n, s, q, or 'e NEW TEXT')")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="syntax highlighting: auto (when stdout is a terminal), always, never")
+    p.add_argument("--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N",
+                   help=f"lines of code shown per hit (default {DEFAULT_MAX_LINES}; 0: all)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides naming the corpus (e.g. corpus=zod, corpus.path=DIR)")
+    return p
+
+
+def _corpus_root(args, header: dict[str, Any]) -> Path | None:
+    if args.corpus_root:
+        root = Path(args.corpus_root)
+        if not root.is_dir():
+            raise ReviewError(f"--corpus-root {root}: not a directory")
+        return root
+    if args.overrides:
+        from rag.run import RunError, corpus_root
+        from rag.search_cli import compose_config
+
+        try:
+            return corpus_root(compose_config(list(args.overrides)))
+        except RunError as exc:
+            raise ReviewError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - Hydra / OmegaConf composition errors
+            raise ReviewError(f"config overrides {' '.join(args.overrides)}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    root = header.get("corpus_root")
+    return Path(root) if root and Path(root).is_dir() else None
+
+
+def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
+                   stdout: TextIO | None = None) -> int:
+    """``rag golden review``; exit 2 with one ``error:`` line on bad input."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    try:
+        header, _ = read_pool(Path(args.pool))
+        root = _corpus_root(args, header)
+        if args.script == "-":
+            keys: Keys = ScriptKeys(iter(stdin), "<stdin>")
+        elif args.script:
+            try:
+                lines = Path(args.script).read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise ReviewError(f"--script {args.script}: {exc.strerror or exc}") from None
+            keys = ScriptKeys(iter(lines), args.script)
+        elif stdin.isatty():
+            keys = TerminalKeys(stdin)
+        else:
+            keys = ScriptKeys(iter(stdin), "<stdin>")
+        summary = Summary()
+        try:
+            summary = review(Path(args.pool), Path(args.golden), root, keys, stdout,
+                             color=use_color(args.color, stdout), max_lines=args.max_lines)
+        except KeyboardInterrupt:
+            stdout.write("\ninterrupted; every judgement made is saved\n")
+            return 130
+    except (ReviewError, PoolError, OSError) as exc:
+        stdout.flush()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    done = summary.relevant + summary.not_relevant
+    stdout.write(f"judged {done} pair(s) ({summary.relevant} relevant, {summary.not_relevant} "
+                 f"not relevant), skipped {summary.skipped}, edited {summary.edited} query text(s)"
+                 + (f"; {summary.left} left for the next session" if summary.left else "")
+                 + (f"; wrote {', '.join(sorted(summary.written))}" if summary.written else "")
+                 + "\n")
+    return 0

@@ -1,0 +1,440 @@
+"""rag golden pool (TREC-style pooling of ledger rows) and rag golden review (judging the
+pooled pairs into the golden files, comments and order kept)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_FILES, FIXTURE_NEGATIVES, write_tree
+from rag.eval.golden import load_golden
+from rag.eval.pooling import (PoolError, PoolQuery, RunSource, add_pool_parser, judgement,
+                              load_pool_queries, parse_run_text, pool, pool_command, read_pool)
+from rag.review import (GoldenEditor, ScriptKeys, add_review_parser, hit_code, review,
+                        review_command, use_color)
+
+QUERIES = textwrap.dedent("""\
+    # Shop golden set: hand-labelled.
+    corpus: shop
+    queries:
+
+      # ---- symbols
+      - id: sym-auth-callback
+        query: handleAuthCallback   # the provider's callback
+        tags: [symbol]
+        relevant:
+          - path: src/shop/payments.py
+            symbol: handleAuthCallback
+
+      # ---- prose
+      - id: prose-voucher
+        query: how do customers use a voucher to pay less
+        tags: [prose]
+        relevant:
+          - path: src/shop/cart.py
+            symbol: apply_discount_code
+        note: the discount helper
+    # end of the positives
+    """)
+
+CANDIDATES = textwrap.dedent("""\
+    # mined from the issue tracker
+    candidates:
+      - id: cand-refund
+        query: give the customer their money back
+        tags: [prose]
+        source: mined:github 12
+    """)
+
+# two fake rows; docnos percent-encoded as rag writes them (a space in a section title)
+RUN_A = textwrap.dedent("""\
+    sym-auth-callback Q0 src/shop/payments.py#handleAuthCallback 1 0.9 a
+    sym-auth-callback Q0 src/shop/cart.py 2 0.5 a
+    sym-auth-callback Q0 docs/guide.md 3 0.4 a
+    prose-voucher Q0 src/shop/cart.py#apply_discount_code 1 0.8 a
+    prose-voucher Q0 src/shop/payments.py 2 0.3 a
+    cand-refund Q0 src/shop/payments.py 1 0.7 a
+    cand-refund Q0 docs/guide.md#Refunds 2 0.6 a
+    """)
+RUN_B = textwrap.dedent("""\
+    sym-auth-callback Q0 tests/test_cart.py 2 0.6 b
+    sym-auth-callback Q0 src/shop/cart.py 1 0.7 b
+    prose-voucher Q0 src/shop/cart.py 1 0.9 b
+    prose-voucher Q0 docs/guide.md#Shop%20guide 2 0.5 b
+    prose-voucher Q0 src/shop/payments.py 3 0.2 b
+    """)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    repo = write_tree(tmp_path / "repo", FIXTURE_FILES)
+    golden = write_tree(tmp_path / "golden", {"queries.yaml": QUERIES,
+                                               "negatives.yaml": FIXTURE_NEGATIVES})
+    cands = tmp_path / "candidates.yaml"
+    cands.write_text(CANDIDATES, encoding="utf-8")
+    (tmp_path / "a.trec").write_text(RUN_A, encoding="utf-8")
+    (tmp_path / "b.trec").write_text(RUN_B, encoding="utf-8")
+    return tmp_path, repo, golden, cands
+
+
+def _parse(add, argv):
+    parser = argparse.ArgumentParser()
+    add(parser.add_subparsers(dest="action"))
+    return parser.parse_args(argv)
+
+
+def _pool(tmp_path, golden, cands, *source, depth="2"):
+    out = tmp_path / "pool.jsonl"
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), *source,
+                                    "--queries", str(golden / "queries.yaml"),
+                                    "--queries", str(cands), "--depth", depth, "--out", str(out)])
+    assert pool_command(args) == 0
+    return out
+
+
+def _hits(records):
+    return {r["query_id"]: [(h["doc"], h["best_rank"], [Path(x).stem for x in h["runs"]],
+                             h["judged"]) for h in r["hits"]] for r in records}
+
+
+# the union of the two rows' top 2, by hand: best rank, then rows that found it, then doc id
+EXPECTED_POOL = {
+    "sym-auth-callback": [
+        ("src/shop/cart.py", 1, ["a", "b"], None),
+        ("src/shop/payments.py#handleAuthCallback", 1, ["a"], "relevant"),
+        ("tests/test_cart.py", 2, ["b"], None)],  # docs/guide.md is at rank 3: not pooled
+    "prose-voucher": [
+        # a whole-file hit of a path the query labels at symbol level: another chunk of it
+        ("src/shop/cart.py", 1, ["b"], "not_relevant"),
+        ("src/shop/cart.py#apply_discount_code", 1, ["a"], "relevant"),
+        ("docs/guide.md#Shop guide", 2, ["b"], None),
+        ("src/shop/payments.py", 2, ["a"], None)],
+    "cand-refund": [
+        ("src/shop/payments.py", 1, ["a"], None),
+        ("docs/guide.md#Refunds", 2, ["a"], None)],
+}
+
+
+def test_pool_union_of_run_files(setup, capsys):
+    tmp_path, _, golden, cands = setup
+    out = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                str(tmp_path / "b.trec"))
+    header, records = read_pool(out)
+    assert header["depth"] == 2 and header["corpus"] == "shop"
+    assert [r["label"] for r in header["runs"]] == ["a.trec", "b.trec"]
+    assert _hits(records) == EXPECTED_POOL
+    cand = records[2]
+    assert cand["origin"] == str(cands.resolve()) and cand["source"] == "mined:github 12"
+    assert cand["missing_in"] == [str(tmp_path / "b.trec")]
+    assert records[0]["origin"] == "queries.yaml"
+    assert records[1]["hits"][2]["docno"] == "docs/guide.md#Shop%20guide"
+    assert records[1]["hits"][2]["symbol"] == "Shop guide"
+    assert "9 hits, 6 unjudged in 3 queries" in capsys.readouterr().out
+    # the golden set is untouched; a pool never overwrites it
+    assert (golden / "queries.yaml").read_text() == QUERIES
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
+                                    str(tmp_path / "a.trec"), "--out", str(golden / "queries.yaml")])
+    assert pool_command(args) == 2
+    assert "never a golden file" in capsys.readouterr().err
+
+
+def test_pool_functions_and_judgement():
+    q = PoolQuery(id="q", query="x", origin="queries.yaml",
+                  relevant=[{"path": "a.py", "symbol": "f"}, {"path": "b.py"},
+                            {"path": "c.py", "lines": [3, 9]}],
+                  not_relevant=[{"path": "d.py"}])
+    assert judgement("a.py#f", q.relevant, q.not_relevant) == ("relevant", "a.py#f")
+    assert judgement("a.py#g", q.relevant, q.not_relevant) == (None, None)
+    assert judgement("a.py", q.relevant, q.not_relevant) == ("not_relevant", "a.py#f")
+    assert judgement("b.py#anything", q.relevant, q.not_relevant) == ("relevant", "b.py")
+    assert judgement("c.py#L3-9", q.relevant, q.not_relevant) == ("relevant", "c.py#L3-9")
+    assert judgement("d.py#h", q.relevant, q.not_relevant) == ("not_relevant", "d.py")
+    assert judgement("e.py", q.relevant, q.not_relevant) == (None, None)
+    runs = [RunSource("r1", "r1", parse_run_text("q Q0 a.py#f 1 1 t\nq Q0 e.py 2 0.5 t\n", "r1")),
+            RunSource("r2", "r2", {"q": ["e.py", "c.py#L3-9", "x.py"]})]
+    (rec,) = pool([q], runs, depth=2)
+    assert [(h["doc"], h["best_rank"], h["runs"], h["lines"]) for h in rec["hits"]] == [
+        ("e.py", 1, ["r1", "r2"], None), ("a.py#f", 1, ["r1"], None),
+        ("c.py#L3-9", 2, ["r2"], [3, 9])]
+    with pytest.raises(PoolError, match="r:1: a TREC run line has 6 fields"):
+        parse_run_text("q Q0 a.py 1\n", "r")
+    with pytest.raises(PoolError, match="depth must be >= 1"):
+        pool([q], runs, depth=0)
+
+
+def test_pool_from_a_sqlite_mlflow_sweep(setup, capsys):
+    from mlflow.tracking import MlflowClient
+
+    tmp_path, repo, golden, cands = setup
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rag-shop", artifact_location=(tmp_path / "art").as_uri())
+    ids = []
+    for name, text, sweep in (("a", RUN_A, "sw1"), ("b", RUN_B, "sw1"), ("c", RUN_B, "other")):
+        run = client.create_run(exp, run_name=name, tags={
+            "sweep_id": sweep, "sweep_job": f"job-{name}", "corpus": "shop",
+            "corpus_root": str(repo)})
+        client.log_text(run.info.run_id, text, "run.trec")
+        client.set_terminated(run.info.run_id, status="FINISHED")
+        ids.append(run.info.run_id)
+    out = _pool(tmp_path, golden, cands, "--sweep", "sw1", "--tracking-uri", uri)
+    header, records = read_pool(out)
+    assert [r["id"] for r in header["runs"]] == ids[:2]
+    assert [r["label"] for r in header["runs"]] == ["job-a", "job-b"]
+    assert header["corpus_root"] == str(repo)
+    names = {ids[0]: "a", ids[1]: "b"}
+    got = {q: [(d, r, [names[x] for x in runs], j) for d, r, runs, j in hits]
+           for q, hits in _hits(records).items()}
+    assert got == EXPECTED_POOL
+    # --runs takes unique prefixes too
+    out = _pool(tmp_path, golden, cands, "--runs", ids[0][:10], ids[1],
+                "--tracking-uri", uri)
+    assert [r["id"] for r in read_pool(out)[0]["runs"]] == ids[:2]
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--sweep", "nope",
+                                    "--tracking-uri", uri, "--out", str(tmp_path / "p.jsonl")])
+    assert pool_command(args) == 2
+    assert "no finished ledger row is tagged sweep_id='nope'" in capsys.readouterr().err
+
+
+# the golden files after the scripted sessions below: comments, blank lines and key order
+# kept; judgements appended where they belong
+AFTER_QUERIES = textwrap.dedent("""\
+    # Shop golden set: hand-labelled.
+    corpus: shop
+    queries:
+
+      # ---- symbols
+      - id: sym-auth-callback
+        query: handleAuthCallback in payments # the provider's callback
+        tags: [symbol]
+        relevant:
+          - path: src/shop/payments.py
+            symbol: handleAuthCallback
+          - path: tests/test_cart.py
+        not_relevant:
+          - path: src/shop/cart.py
+
+      # ---- prose
+      - id: prose-voucher
+        query: how do customers use a voucher to pay less
+        tags: [prose]
+        relevant:
+          - path: src/shop/cart.py
+            symbol: apply_discount_code
+        not_relevant:
+          - path: src/shop/payments.py
+        note: the discount helper
+
+      - id: cand-refund
+        query: give the customer their money back
+        tags: [prose]
+        source: mined:github 12
+        relevant:
+          - path: docs/guide.md
+            symbol: Refunds
+        not_relevant:
+          - path: src/shop/payments.py
+    # end of the positives
+    """)
+
+AFTER_CANDIDATES = textwrap.dedent("""\
+    # mined from the issue tracker
+    candidates:
+      - id: cand-refund
+        query: give the customer their money back
+        tags: [prose]
+        source: mined:github 12
+        not_relevant:
+          - path: src/shop/payments.py
+    """)
+
+
+def _review(tmp_path, golden, pool_file, repo, script: str, *, color="never"):
+    sfile = tmp_path / "keys.txt"
+    sfile.write_text(script, encoding="utf-8")
+    args = _parse(add_review_parser, ["review", "--pool", str(pool_file), "--golden", str(golden),
+                                      "--corpus-root", str(repo), "--script", str(sfile),
+                                      "--color", color])
+    out = io.StringIO()
+    rc = review_command(args, stdout=out)
+    return rc, out.getvalue()
+
+
+def test_scripted_review_writes_golden_files_and_resumes(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+    capsys.readouterr()
+    rc, out = _review(tmp_path, golden, pool_file, repo, textwrap.dedent("""\
+        n
+        # a comment line is ignored
+        e handleAuthCallback in payments
+        y
+        s
+        n
+        n
+        q
+        y
+        """))
+    assert rc == 0, out
+    assert out.startswith("6 unjudged pair(s)")
+    # the hit's code, plain (not a terminal): the file from its first line
+    assert "[1/6] sym-auth-callback (queries.yaml)" in out
+    assert "  hit: src/shop/cart.py  best rank 1, found by 2/2 row(s): a.trec, b.trec" in out
+    assert " 1 | \"\"\"Shopping cart.\"\"\"" in out
+    assert "\x1b[" not in out
+    # the edit shows the same pair again, with the new text
+    assert "  query: handleAuthCallback in payments\n" in out
+    assert "[5/6] cand-refund (candidate from candidates.yaml; source: mined:github 12)" in out
+    assert ("judged 4 pair(s) (1 relevant, 3 not relevant), skipped 1, edited 1 query text(s); "
+            "2 left for the next session") in out
+    # the candidate's "not relevant" waits in its own file until its first "y"
+    assert cands.read_text() == AFTER_CANDIDATES
+    load_golden(golden)
+
+    # a second session skips every judged pair: the skipped one and the last are left
+    rc, out = _review(tmp_path, golden, pool_file, repo, "s\ny\n")
+    assert rc == 0, out
+    assert out.startswith("2 unjudged pair(s)")
+    assert "[1/2] prose-voucher (queries.yaml)" in out
+    assert "  hit: docs/guide.md#Shop guide  best rank 2" in out
+    assert "docs/guide.md:1-4" in out  # the section's lines, found by chunking the file
+    assert "[2/2] cand-refund" in out and "docs/guide.md:9-11" in out
+    assert (golden / "queries.yaml").read_text() == AFTER_QUERIES
+    assert cands.read_text() == AFTER_CANDIDATES
+    g = load_golden(golden)
+    cand = next(q for q in g.positives if q.id == "cand-refund")
+    assert cand.source == "mined:github 12"
+    assert [lab.doc_key for lab in cand.relevant] == ["docs/guide.md#Refunds"]
+    assert [lab.doc_key for lab in cand.not_relevant] == ["src/shop/payments.py"]
+
+    # a third: only the twice-skipped pair is left; the end of a script quits
+    rc, out = _review(tmp_path, golden, pool_file, repo, "")
+    assert rc == 0 and out.startswith("1 unjudged pair(s)")
+    assert (golden / "queries.yaml").read_text() == AFTER_QUERIES
+
+
+def test_script_errors_and_undo(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+    capsys.readouterr()
+    rc, _ = _review(tmp_path, golden, pool_file, repo, "n\nmaybe\n")
+    assert rc == 2
+    assert "keys.txt:2: unknown key 'maybe'" in capsys.readouterr().err
+    # the judgement before the bad line was written
+    assert "not_relevant:\n      - path: src/shop/cart.py\n" in (golden / "queries.yaml").read_text()
+    # a write that would break the golden set is undone (here: a source the schema refuses)
+    cands.write_text(CANDIDATES.replace("mined:github 12", "somewhere"), encoding="utf-8")
+    before = (golden / "queries.yaml").read_text()
+    rc, _ = _review(tmp_path, golden, pool_file, repo, "s\ns\ns\ns\ny\n")
+    assert rc == 2
+    assert "the write was undone" in capsys.readouterr().err
+    assert (golden / "queries.yaml").read_text() == before
+
+
+def test_rich_or_plain_output(setup):
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert use_color("auto", Tty()) is True
+    assert use_color("auto", io.StringIO()) is False
+    assert use_color("never", Tty()) is False and use_color("always", io.StringIO()) is True
+    for color in (True, False):
+        out = io.StringIO()
+        review(pool_file, golden, repo, ScriptKeys(iter(["q"]), "s"), out, color=color)
+        text = out.getvalue()
+        assert ("\x1b[" in text) is color
+        assert "Shopping cart." in text and "sym-auth-callback" in text
+    # through the command: --color auto follows the output stream
+    sfile = tmp_path / "q.txt"
+    sfile.write_text("q\n")
+    args = _parse(add_review_parser, ["review", "--pool", str(pool_file), "--golden",
+                                      str(golden), "--corpus-root", str(repo), "--script",
+                                      str(sfile)])
+    tty = Tty()
+    assert review_command(args, stdout=tty) == 0 and "\x1b[" in tty.getvalue()
+    plain = io.StringIO()
+    assert review_command(args, stdout=plain) == 0 and "\x1b[" not in plain.getvalue()
+
+
+def test_hit_code_symbol_span_and_missing(setup):
+    _, repo, _, _ = setup
+    code = hit_code(repo, "src/shop/cart.py#Cart.total_price")
+    assert (code.start, code.end) == (14, 16)
+    assert code.lines[0].strip() == "def total_price(self):"
+    span = hit_code(repo, "src/shop/cart.py#L19-20")
+    assert (span.start, span.end, len(span.lines)) == (19, 20, 2)
+    short = hit_code(repo, "src/shop/cart.py", max_lines=3)
+    assert short.total > 3 and len(short.lines) == 3
+    gone = hit_code(repo, "src/shop/cart.py#nope")
+    assert "not found" in gone.note and gone.start == 1
+
+
+def test_whole_file_not_relevant_replaces_narrower_labels(tmp_path):
+    golden = write_tree(tmp_path / "g", {
+        "queries.yaml": textwrap.dedent("""\
+            queries:
+              - id: q1
+                query: something
+                relevant:
+                  - path: a.py
+                not_relevant:
+                  - path: b.py
+                    symbol: f  # this one only
+
+              - id: q2
+                query: other
+                relevant:
+                  - path: c.py
+            """),
+        "negatives.yaml": "negatives: []\n"})
+    ed = GoldenEditor(golden)
+    assert ed.judged("q1", "queries.yaml", "b.py") is None
+    ed.judge("q1", "queries.yaml", "b.py", relevant=False)
+    assert ed.replaced == ["b.py#f"]
+    assert (golden / "queries.yaml").read_text() == textwrap.dedent("""\
+        queries:
+          - id: q1
+            query: something
+            relevant:
+              - path: a.py
+            not_relevant:
+              - path: b.py
+
+          - id: q2
+            query: other
+            relevant:
+              - path: c.py
+        """)
+    load_golden(golden)
+
+
+def test_load_pool_queries_candidates_and_errors(setup):
+    tmp_path, _, golden, cands = setup
+    warned = []
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("candidates:\n  - id: neg-football\n    query: the cup\n"
+                   "  - id: sym-auth-callback\n    query: dup\n")
+    qs = load_pool_queries(golden, [golden / "queries.yaml", cands, bad], warn=warned.append)
+    assert [q.id for q in qs] == ["sym-auth-callback", "prose-voucher", "cand-refund"]
+    assert len(warned) == 2 and "negative" in warned[0] and "already read" in warned[1]
+    bad.write_text("candidates:\n  - id: x\n")
+    with pytest.raises(PoolError, match="needs an 'id' and a non-empty 'query'"):
+        load_pool_queries(golden, [bad])
+    bad.write_text("nothing: here\n")
+    with pytest.raises(PoolError, match="'queries:' or 'candidates:'"):
+        load_pool_queries(golden, [bad])
+    (tmp_path / "notpool.jsonl").write_text(json.dumps({"x": 1}) + "\n")
+    with pytest.raises(PoolError, match="not a pool file"):
+        read_pool(tmp_path / "notpool.jsonl")
