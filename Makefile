@@ -46,6 +46,10 @@ report: $(STAMP)
 # without it (no apt, no root) the channel runs in Python and the parity test is skipped.
 # Debian's nodejs + npm: `npm pack` fetches the TypeScript corpus (corpus=zod); without it
 # that corpus cannot be fetched, and nothing else needs it (its unit tests use a fake npm)
+# Debian's postgresql: only its server binaries (initdb, postgres under
+# /usr/lib/postgresql/<ver>/bin), for the team-ledger test (an mlflow server on PostgreSQL,
+# started and stopped by the test on a unix socket of its own); no main cluster is created,
+# nothing is started; without it that test is skipped
 sysdeps:
 	@command -v rg >/dev/null 2>&1 || apt-get install -y -q ripgrep >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ripgrep >/dev/null 2>&1) \
@@ -53,6 +57,13 @@ sysdeps:
 	@command -v npm >/dev/null 2>&1 || apt-get install -y -q nodejs npm >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nodejs npm >/dev/null 2>&1) \
 	  || echo "note: npm not installed (apt-get unavailable or not root): corpus=zod cannot be fetched; install nodejs and npm by hand to use it"
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+	  || { { mkdir -p /etc/postgresql-common/createcluster.d \
+	         && echo "create_main_cluster = false" \
+	            > /etc/postgresql-common/createcluster.d/rag-no-main-cluster.conf; } 2>/dev/null; \
+	       apt-get install -y -q postgresql >/dev/null 2>&1 \
+	       || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q postgresql >/dev/null 2>&1); } \
+	  || echo "note: postgresql not installed (apt-get unavailable or not root): tests/test_team_ledger.py's PostgreSQL test is skipped; install Debian's postgresql by hand to run it"
 
 test: $(TSTAMP) sysdeps
 	$(PY) -m pytest

@@ -694,7 +694,8 @@ def golden_stats(golden, per_query=None, *, run_id: str | None = None,
         out["power"] = {"run_id": run_id, "alpha": ALPHA, "power": POWER,
                         "correlation": correlation, **row,
                         "have": len(golden.positives),
-                        "enough": len(golden.positives) >= row["positives_needed"]}
+                        "enough": (len(golden.positives) >= row["positives_needed"]
+                                   if row["sd"] > 0 else None)}
     return out
 
 
@@ -714,7 +715,11 @@ def render_stats(st: dict[str, Any]) -> list[str]:
              f"{kv(st['labels_per_query'])})",
              f"  negatives by tag: {kv(st['negatives_by_tag'])}"]
     pw = st.get("power")
-    if pw:
+    if pw and not pw["sd"] > 0:  # every pilot query scored alike: no spread to size from
+        lines.append(f"  power: n/a (pilot row {str(pw['run_id'] or '?')[:12]}: every one of "
+                     f"its {pw['pilot_positives']} positives has the same MRR, so there is no "
+                     "spread to size the set from; use a pilot row with varied results)")
+    elif pw:
         verdict = "enough" if pw["enough"] else f"{pw['positives_needed'] - pw['have']} more needed"
         lines.append(
             f"  power (pilot row {str(pw['run_id'] or '?')[:12]}, {pw['pilot_positives']} "

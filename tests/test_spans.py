@@ -428,3 +428,14 @@ def test_window_chunker_changes_the_stage_key_and_the_chunk_store(compose, tmp_p
         from rag.config import validate
 
         validate(compose([*base, "eval.min_overlap=1.5"]))
+
+
+def test_the_rest_of_a_narrowed_file_counts_as_judged():
+    """A relevant label narrowed to lines judges the rest of its file not relevant (as
+    rag golden pool counts it), so review never has to ask about it."""
+    q = _query(_span("a.py", 8, 12))
+    hits = [_hit("a.py", 50, 60, 0.9),   # unit a.py: the rest of a narrowed file -> judged
+            _hit("x.py", 1, 10, 0.8)]    # no judgement
+    units = collapse_units(hits, q)
+    assert list(units) == ["a.py", "x.py"]
+    assert judged_at(units, q, 2) == pytest.approx(1 / 2)

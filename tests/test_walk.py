@@ -731,3 +731,14 @@ def test_stat_fingerprint_sees_empty_directories(tmp_path: Path):
     assert again.stats["corpus_read"] == 1 and again.paths == {"src/app.py"}
     (root / "empty").mkdir()
     assert stat_fingerprint(root) != stat_fingerprint(root / "src")
+
+
+def test_documentation_that_elides_a_token_is_not_a_secret():
+    """README-style examples write the value as an ellipsis: a placeholder, not a token."""
+    from rag.corpus.walk import secret_kind
+
+    key = "//registry.example/:_auth" + "Token="  # built at run time: this file stays indexable
+    assert secret_kind("README.md", (key + "\u2026\n").encode()) is None
+    assert secret_kind("docs/npm.md", (key + "...\n").encode()) is None
+    line = key + "npm_" + "AbC123realTokenValue99" + "\n"
+    assert secret_kind(".npmrc", line.encode()) == "npm_token"

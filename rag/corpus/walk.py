@@ -304,7 +304,7 @@ _PLACEHOLDER = re.compile(
     r"|(?i:your\b.*|your[_\-].*|my[_\-]?(?:password|passwd|pass|secret|token|key)\d*|changeme"
     r"|change[_\-]me|replace[_\-]?me|placeholder|todo|tbd|none|null|nil|true|false|yes|no|0|1"
     r"|password|passwd|pass|pwd|pw|secret|token|xxx+|\*+|dummy|fake|example|sample|test"
-    r"|foo|bar|baz|.*example.*|.*[xX*]{4,}.*))$")
+    r"|foo|bar|baz|.*example.*|.*[xX*]{4,}.*|.*(?:\u2026|\.\.\.).*))$")
 # AWS: a secret access key is 40 characters of base64; an access key id AKIA/ASIA + 16
 _AWS_SECRET = re.compile(
     r"(?i:aws_?secret_?(?:access_?)?key|secret_?access_?key)[\"']?\s*[=:]\s*[\"']?"
@@ -342,7 +342,8 @@ def _strip_value(raw: str) -> str:
 def _is_placeholder(value: str) -> bool:
     """Empty or a stand-in: ``<...>``, ``${VAR}``, ``$VAR`` (an UPPER_CASE name only:
     ``$uperS3cret`` is a value), ``{{ var }}``, ``%(name)s``, ``xxx``/``***``, ``changeme``,
-    ``your-...``, ``password``/``pass``/``secret``, anything holding ``example`` or ``xxxx``."""
+    ``your-...``, ``password``/``pass``/``secret``, anything holding ``example``, ``xxxx`` or an
+    ellipsis (``...``/``\u2026``: documentation elides real values)."""
     return value == "" or bool(_PLACEHOLDER.match(value))
 
 

@@ -125,13 +125,16 @@ def judged_at(units_ranked: dict[str, tuple[float, Hit]], query: GoldenQuery, k:
               ties: str = "doc_id") -> float:
     """Judged@k (ir_measures' ``Judged@k``, over collapsed units): the share of the top ``k``
     ranked units (:func:`collapse_units`, ranked as the metrics rank them) that carry a
-    judgement — a relevant unit, or a unit whose first chunk hits one of the query's
-    ``not_relevant`` labels under the same overlap rule. The denominator is ``k`` even when
-    fewer units were ranked (an empty ranking judges 0)."""
+    judgement — a relevant unit, a unit whose first chunk hits one of the query's
+    ``not_relevant`` labels under the same overlap rule, or the rest of a file whose relevant
+    label the labeller narrowed to a symbol or lines (a path unit of a labelled path: judged
+    not relevant by that narrowing, as ``rag golden pool`` counts it). The denominator is
+    ``k`` even when fewer units were ranked (an empty ranking judges 0)."""
     qrels = query.qrels
+    narrowed = {lab.path for lab in query.relevant}  # a bare path unit of these: judged
     ranking = rank({d: v[0] for d, v in units_ranked.items()}, qrels, ties=ties)[:k]
     judged = sum(1 for d in ranking
-                 if qrels.get(d, 0) > 0 or any(
+                 if qrels.get(d, 0) > 0 or d in narrowed or any(
                      hits_label(units_ranked[d][1], lab, units=units, min_overlap=min_overlap)
                      for lab in query.not_relevant))
     return judged / k

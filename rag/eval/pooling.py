@@ -327,7 +327,8 @@ def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | 
                                  corpus_root=r.data.tags.get("corpus_root")))
         return out
     except LookupError as exc:
-        raise PoolError(str(exc).strip("'\"")) from None
+        # a KeyError's str() quotes its message: take the message itself
+        raise PoolError(str(exc.args[0]) if exc.args else str(exc)) from None
     except LedgerError as exc:
         raise PoolError(str(exc)) from None
 

@@ -227,6 +227,66 @@ def _init_lock(db: Path | None, uri: str, timeout_s: float = INIT_LOCK_TIMEOUT_S
         os.close(fd)  # releases the lock
 
 
+# While a tracking *server* is first contacted, MLflow's HTTP client retries this few times
+# with this backoff and waits this long per request (its defaults: 7 retries, factor 2,
+# 120 s — minutes before a run that names a dead server fails). Later requests use MLflow's
+# defaults (or the MLFLOW_HTTP_REQUEST_* variables the user set): a server that was reached
+# once is given time to ride out a hiccup.
+_PROBE_HTTP_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
+
+def is_server_uri(uri: str) -> bool:
+    """True for a tracking server (``http://``, ``https://``): it keeps its own artifacts."""
+    return uri.lower().startswith(("http://", "https://"))
+
+
+@contextlib.contextmanager
+def _probe_http_env(uri: str) -> Iterator[None]:
+    """Set :data:`_PROBE_HTTP_ENV` for the duration (a server URI only), then restore."""
+    if not is_server_uri(uri):
+        yield
+        return
+    import logging
+
+    saved = {k: os.environ.get(k) for k in _PROBE_HTTP_ENV}
+    os.environ.update(_PROBE_HTTP_ENV)
+    pool_log = logging.getLogger("urllib3.connectionpool")  # "Retrying (...)" per attempt:
+    level = pool_log.level  # the error line says it once
+    pool_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        pool_log.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _unreachable(uri: str, exc: BaseException) -> str | None:
+    """One line for a tracking server that did not answer (refused, timed out, unknown host),
+    or None when ``exc`` is another error."""
+    import re
+
+    text = _messages(exc)
+    if not is_server_uri(uri) or not any(m in text for m in (
+            "max retries exceeded", "failed to establish a new connection", "timed out",
+            "connectionerror", "connection refused", "name or service not known")):
+        return None
+    why = re.search(r"\[errno -?\d+\] ([^'\")]+)", text)
+    status = re.search(r"too many (\d{3}) error responses", text)  # it answered, with 5xx
+    reason = (why.group(1).strip() if why else f"it answered HTTP {status.group(1)}" if status
+              else "timed out" if "timed out" in text else "no answer")
+    return (f"cannot reach the tracking server at {uri}: {reason} "
+            "(is `mlflow server` running there?)")
+
+
 def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: float = 0.25):
     """An ``MlflowClient`` on ``uri`` whose store has been created (or migrated) and read once.
 
@@ -236,13 +296,16 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     that already exists, ...) is retried with exponential backoff (``attempts`` tries from
     ``delay_s`` seconds, waits capped at 5 s).
 
+    A tracking server (``http(s)://``) is contacted here with few retries and a short
+    timeout (:data:`_PROBE_HTTP_ENV`), so that a server that does not answer fails in seconds.
+
     Args:
         create: create a missing SQLite file (False: a missing file is an error — readers).
 
     Raises:
         LedgerError: the store cannot be reached or created (one line naming ``uri``): not a
             database, a directory that cannot be made, a schema MLflow refuses, a lock that is
-            never released, ...
+            never released, a server that does not answer, ...
     """
     from mlflow.tracking import MlflowClient
 
@@ -256,14 +319,15 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
         return client
 
     try:
-        with _init_lock(db, uri):
+        with _init_lock(db, uri), _probe_http_env(uri):
             if db is not None and not create:
                 _check_mlflow_tables(uri, db)
             return _retry(touch, is_transient_store_error, attempts=attempts, delay_s=delay_s)
     except LedgerError:
         raise
     except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy, alembic, OS and HTTP errors
-        raise LedgerError(f"cannot open the ledger at {uri}: {one_line(exc)}") from exc
+        raise LedgerError(_unreachable(uri, exc)
+                          or f"cannot open the ledger at {uri}: {one_line(exc)}") from exc
 
 
 class Ledger:
@@ -273,7 +337,8 @@ class Ledger:
 
     Args:
         uri: tracking URI (absolute, e.g. ``sqlite:////abs/mlflow.db``).
-        artifact_root: directory under which each new experiment stores its artifacts.
+        artifact_root: directory under which each new experiment stores its artifacts (a local
+            store; a tracking server keeps its own).
         create: create a missing SQLite store (False for readers such as reports).
 
     Raises:
@@ -299,8 +364,11 @@ class Ledger:
     def experiment_id(self, name: str) -> str:
         """Id of experiment ``name``, created (with an absolute artifact location) if absent.
 
-        Creating races with a parallel job are resolved by reading the winner's id; an
-        experiment deleted in the UI is restored (a ledger never loses rows).
+        On a tracking server (``http(s)://``) ``artifact_root`` is not used: the server
+        chooses the location (its ``--artifacts-destination``, reached through the server), so
+        that every client's artifacts land in one place, not on the machine of whoever created
+        the experiment. Creating races with a parallel job are resolved by reading the
+        winner's id; an experiment deleted in the UI is restored (a ledger never loses rows).
         """
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
@@ -308,7 +376,7 @@ class Ledger:
                 self.client.restore_experiment(exp.experiment_id)
             return exp.experiment_id
         location = None
-        if self.artifact_root is not None:
+        if self.artifact_root is not None and not is_server_uri(self.uri):
             from rag.names import safe_component  # the experiment name becomes a folder
 
             location = (Path(self.artifact_root) / safe_component(name, what="experiment",
