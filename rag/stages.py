@@ -10,8 +10,9 @@ subtree can never be served a stale stage:
 ==========  ==========================================================================
 stage       determined by
 ==========  ==========================================================================
-embedder    ``embedder`` (+ ``paths.cache_dir``, where distilled models live)
+embedder    ``embedder`` (+ ``paths.cache_dir``: distilled models, ONNX exports)
 index       ``corpus``, ``bm25``, ``index``, whether it embeds, the embedder's model id,
+            ``dense`` (the ANN, rag/index/ann.py; when it embeds),
             the corpus root and its stat fingerprint (:func:`rag.index.store.stat_fingerprint`)
 reranker    ``rerank`` minus the keys that only gate or size its input (thresholds,
             ``candidates``, ``enabled``), the embedder's model id, ``paths.cache_dir``
@@ -112,6 +113,7 @@ class StageCache:
         dense = needs_dense(cfg) if with_dense is None else with_dense
         key = stage_key("index", corpus=cfg.corpus, bm25=cfg.bm25, index=cfg.index,
                         dense=dense, model_id=embedder.model_id if dense else None,
+                        dense_index=cfg.get("dense") if dense else None,
                         root=str(root), files=stat_fingerprint(root))
         index, reused = self.get(key, lambda: build_corpus_index(
             cfg, root, embedder, dense=dense, progress=progress))
@@ -153,6 +155,11 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     out = {"corpus": corpus, "bm25_tokenizer": _plain(cfg.bm25).get("tokenizer"),
            "header": str(cfg.index.header), "chunker_version": CHUNKER_VERSION,
            "walk_version": WALK_VERSION, "tokenizer_version": TOKENIZER_VERSION}
+    dense_node = _plain(cfg.get("dense")) or {}
+    if str(dense_node.get("index", "exact")) != "exact":
+        # an ANN build (rag/index/ann.py) records its settings; an exact build records none,
+        # so builds published before dense.index existed still match an exact request
+        out["dense"] = dense_node
     return json.loads(json.dumps(out, sort_keys=True, default=str))
 
 
@@ -164,6 +171,9 @@ def load_embedder(cfg: DictConfig):
     kind = str(getattr(e.kind, "value", e.kind))
     try:
         if kind == "model2vec":
+            if str(getattr(e.query_backend, "value", e.query_backend)) != "torch":
+                raise RunError("embedder.query_backend=onnx needs embedder.kind="
+                               "sentence_transformers (the ONNX file is that model's export)")
             from rag.index.dense import Model2VecEmbedder
 
             try:
@@ -174,11 +184,42 @@ def load_embedder(cfg: DictConfig):
             except ImportError as exc:
                 raise RunError("embedder.kind=model2vec needs the model2vec package with its "
                                f"distill extra ({exc})") from exc
+        backend = str(getattr(e.query_backend, "value", e.query_backend))
+        if backend == "onnx":
+            return _onnx_query_embedder(e, cfg.paths.cache_dir)
         return SentenceTransformerEmbedder(
             name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
             batch_size=e.batch_size, normalize=e.normalize)
     except ModelNotFoundError as exc:
         raise RunError(str(exc)) from exc
+
+
+def _onnx_query_embedder(e, cache_dir):
+    """``embedder.query_backend=onnx``: queries by the ONNX export ``embedder.onnx_path`` (no
+    torch import once the export exists), chunks by the torch model, loaded only when a chunk
+    must be embedded (:class:`rag.index.onnx_embedder.SplitEmbedder`).
+
+    Raises:
+        ModelNotFoundError: the tokenizer, the ONNX file or the torch model is missing.
+        RunError: onnxruntime is not installed.
+    """
+    from rag.index.dense import SentenceTransformerEmbedder
+
+    try:
+        from rag.index.onnx_embedder import (OnnxQueryEmbedder, SplitEmbedder,
+                                             sentence_transformer_model_id)
+
+        query = OnnxQueryEmbedder(name=e.name, model_path=e.model_path, onnx_path=e.onnx_path,
+                                  max_seq_length=e.max_seq_length, batch_size=e.batch_size,
+                                  normalize=e.normalize, cache_dir=expand_path(cache_dir))
+    except ImportError as exc:
+        raise RunError("embedder.query_backend=onnx needs onnxruntime and tokenizers (and, to "
+                       f"export the model once, torch and onnx): {exc}") from exc
+    settings = dict(name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+                    normalize=e.normalize)
+    return SplitEmbedder(
+        query, lambda: SentenceTransformerEmbedder(**settings, batch_size=e.batch_size),
+        documents_model_id=sentence_transformer_model_id(**settings))
 
 
 def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
@@ -212,6 +253,13 @@ def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
     except EmptyCorpusError as exc:
         raise RunError(str(exc)) from exc
     index.stats["index_reused"] = 0
+    if dense and index.dense is not None:  # dense.index=hnsw|ivf: the ANN over the embeddings
+        from rag.index.ann import AnnSettings
+
+        ann = AnnSettings.from_config(cfg.get("dense"))
+        if ann.index != "exact":
+            index.dense = index.dense.with_ann(ann)
+            index.stats["ann_build_s"] = round(index.dense.ann.build_s, 3)
     index.stats["embedder_distill_s"] = round(float(getattr(embedder, "distill_s", 0.0)), 3)
     return index
 

@@ -16,6 +16,9 @@ minute, because absolute times on a shared machine drift:
 6. ``e2e`` — ``python -m rag.run`` warm and cold (wall, peak memory) (:mod:`rag.bench.runs`);
    ``latency`` — per-mode query p50/p95 next to the seed's figures (:mod:`rag.bench.latency`).
 7. ``serve`` — ``rag serve`` over loopback (:mod:`rag.bench.serve`).
+8. ``ann`` — exact dense search against FAISS HNSW and IVF on clustered synthetic vectors
+   (100k with ``--quick``, else 1M and 5M; ``--ann-sizes``): recall@10, p50, build time and
+   memory (:mod:`rag.bench.ann`). Needs no model or corpus.
 
 Every figure is the median of repeated measurements with their min and max. Runs of
 ``rag.run`` log into a temporary MLflow store, never the project's ledger. Nothing here is
@@ -35,7 +38,7 @@ import traceback
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-SECTIONS = ("bm25", "dense", "build", "eval", "latency", "sweep", "e2e", "serve")
+SECTIONS = ("bm25", "dense", "build", "eval", "latency", "sweep", "e2e", "serve", "ann")
 
 #: Queries for a corpus without golden labels (``corpus.path`` without ``eval.golden_dir``).
 GENERIC_QUERIES = ["main entry point", "configuration", "error handling", "tests",
@@ -73,6 +76,8 @@ class Profile:
     cold_index_reps: int = 2
     cold_full_reps: int = 1
     serve_requests: int = 2000
+    ann_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
+    ann_exact_queries: int = 100
 
     @classmethod
     def quick(cls) -> "Profile":
@@ -88,7 +93,7 @@ class Profile:
                    latency_max_queries=64, rerank_queries=12,
                    rerank_passes=1, cross_encoder_queries=2, sweep_modes=("dense", "auto"),
                    sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0,
-                   serve_requests=120)
+                   serve_requests=120, ann_sizes=(100_000,), ann_exact_queries=50)
 
 
 @dataclass
@@ -155,11 +160,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="markdown report; the JSON twin goes next to it (.json)")
     p.add_argument("--requests", type=int, default=None,
                    help="serve: HTTP requests (default 2000; --quick 120)")
-    p.add_argument("--concurrency", type=int, default=8, help="serve: requests in flight")
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="serve: requests in flight (client threads)")
+    p.add_argument("--serve-variants", default="batched,unbatched",
+                   help="serve: server variants to measure, in order: batched (the service's "
+                        "defaults), unbatched (--max-batch 1) (default: both)")
     p.add_argument("--bm25-chunks", type=int, default=None,
                    help="bm25: size of the replicated corpus (default 50000)")
     p.add_argument("--dense-sizes", default=None,
                    help="dense: comma-separated vector counts (default 10000,100000,1000000)")
+    p.add_argument("--ann-sizes", default=None,
+                   help="ann: comma-separated vector counts (default 1000000,5000000; "
+                        "--quick 100000)")
     p.add_argument("--eval-queries", type=int, default=None,
                    help="eval: synthetic queries (default 10000)")
     p.add_argument("--embed-sample", type=int, default=None,
@@ -183,6 +195,8 @@ def _profile(args: argparse.Namespace) -> Profile:
         prof.dense_sizes = tuple(int(x) for x in args.dense_sizes.split(",") if x.strip())
     if args.eval_queries is not None:
         prof.eval_queries = args.eval_queries
+    if args.ann_sizes:
+        prof.ann_sizes = tuple(int(x) for x in args.ann_sizes.split(",") if x.strip())
     if args.embed_sample is not None:
         prof.embed_sample = args.embed_sample
     return prof
@@ -280,8 +294,21 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
         from rag.bench.serve import bench_serve
 
         queries = ctx.queries if ctx else GENERIC_QUERIES
+        from rag.bench.serve import VARIANTS
+
+        chosen = [v.strip() for v in args.serve_variants.split(",") if v.strip()]
+        wrong = sorted(set(chosen) - set(VARIANTS))
+        if wrong or not chosen:
+            raise SystemExit(f"error: unknown serve variant(s) {wrong or '(none given)'}; "
+                             f"choose from {','.join(VARIANTS)}")
         section("serve", lambda: bench_serve(queries, requests=prof.serve_requests,
-                                             concurrency=args.concurrency, overrides=overrides))
+                                             concurrency=args.concurrency, overrides=overrides,
+                                             variants={v: VARIANTS[v] for v in chosen}))
+    if "ann" in sections:
+        from rag.bench.ann import bench_ann
+
+        section("ann", lambda: bench_ann(sizes=prof.ann_sizes,
+                                         exact_queries=prof.ann_exact_queries))
     return results
 
 
@@ -322,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     out = expand_path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(results)
+    if isinstance(results.get("ann"), dict) and "error" not in results["ann"]:
+        from rag.bench.ann import render_ann
+
+        text += "\n" + "\n".join(render_ann(results["ann"]))
     out.write_text(text + "\n")
     out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(text)

@@ -212,7 +212,10 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     if embedder is not None:
         if cache_dir is None:
             raise ValueError("cache_dir is required with an embedder")
-        cache = EmbeddingCache(cache_dir / "embeddings", embedder.model_id, embedder.dim)
+        # keyed by the model that embeds the chunks (a SplitEmbedder's queries use another)
+        cache = EmbeddingCache(cache_dir / "embeddings",
+                               getattr(embedder, "documents_model_id", embedder.model_id),
+                               embedder.dim)
         try:
             matrix, es = embed_with_cache(embedder, texts, keys, cache, progress=progress)
         finally:

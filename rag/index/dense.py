@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
+import math
 import os
 import re
 import sqlite3
@@ -231,7 +232,8 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
     for start in range(0, len(todo), batch):
         part = todo[start:start + batch]
         part_texts = [texts[i] for _, i in part]
-        vecs = embedder.embed(part_texts)
+        # a SplitEmbedder (rag/index/onnx_embedder.py) embeds chunks with another model than queries
+        vecs = getattr(embedder, "embed_documents", embedder.embed)(part_texts)
         counts = embedder.count_tokens(part_texts)
         cache.put_many([h for h, _ in part], vecs, counts)
         for (h, _), v, n in zip(part, vecs, counts):
@@ -290,35 +292,122 @@ class DenseChannel:
     174 ms including :meth:`top`. Letting OpenBLAS use both cores instead slowed the next
     query embedding 22 -> 47 ms (measured side by side in a query loop). The scores are
     bit-identical to the single call (each row's dot product is computed the same way).
+
+    With an ANN (``ann``, ``dense.index=hnsw|ivf``, rag/index/ann.py) :meth:`score` returns
+    exact cosines only for the ANN's candidates and -inf for every other chunk
+    (:meth:`candidate_scores`), so ``top_matches`` and the pipeline work unchanged;
+    :meth:`scores` and :meth:`top` stay exact.
     """
 
-    def __init__(self, embedder: Embedder, matrix: np.ndarray) -> None:
+    def __init__(self, embedder: Embedder, matrix: np.ndarray, ann=None) -> None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=1, user_api="blas")
         self.embedder = embedder
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        # an rag.index.ann.AnnIndex over the matrix (dense.index=hnsw|ivf), or None (exact)
+        self.ann = ann
+        # searches answered by the ANN, and filtered ones that fell back to exact scoring
+        self.ann_stats = {"ann_searches": 0, "exact_fallbacks": 0}
 
     name = "dense"
     no_match = None  # every finite cosine ranks
+    # score() takes the pipeline's hints: ``k`` (the candidate pool) and ``allowed`` (a type
+    # filter's mask); only an ANN uses them
+    takes_hints = True
+    #: A filtered ANN search asks FAISS for ``k / share * FILTER_OVERSAMPLE`` candidates
+    #: (``share``: the fraction of chunks the filter allows); when that is more than
+    #: :data:`FILTER_EXACT_SHARE` of the corpus, or the allowed candidates found are fewer
+    #: than ``k`` (or than the allowed chunks), the query is scored exactly instead.
+    FILTER_OVERSAMPLE = 2.0
+    FILTER_EXACT_SHARE = 0.2
+
+    def with_ann(self, settings) -> "DenseChannel":
+        """This channel with the ANN ``settings`` (an :class:`rag.index.ann.AnnSettings`)
+        asks for built over its matrix (``exact``: none); the matrix is shared, not copied."""
+        from rag.index.ann import build_ann
+
+        return DenseChannel(self.embedder, self.matrix, ann=build_ann(self.matrix, settings))
 
     def embed_query(self, query: str) -> np.ndarray:
         """One query vector, shape (dim,)."""
         return self.embedder.embed([query])[0]
 
-    def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
+    def score(self, query: str, *, timings: dict[str, float] | None = None,
+              k: int | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
         """Cosine of ``query`` with every chunk, shape (n_chunks,) (the Channel protocol);
-        the query embedding's seconds are added to ``timings["embed_query"]``."""
+        the query embedding's seconds are added to ``timings["embed_query"]``.
+
+        Exact (no ANN): every chunk's cosine; ``k`` and ``allowed`` are ignored (the pipeline
+        masks a filter itself). With an ANN: see :meth:`candidate_scores`."""
         import time
 
         t0 = time.perf_counter()
         qvec = self.embed_query(query)
         if timings is not None:
             timings["embed_query"] = timings.get("embed_query", 0.0) + time.perf_counter() - t0
-        return self.scores(qvec)
+        if self.ann is None:
+            return self.scores(qvec)
+        return self.candidate_scores(qvec, k=k, allowed=allowed)
+
+    def candidate_scores(self, qvec: np.ndarray, *, k: int | None = None,
+                         allowed: np.ndarray | None = None) -> np.ndarray:
+        """Scores of the ANN's candidates, -inf for every other chunk, shape (n_chunks,).
+
+        The ANN is asked for ``max(k, dense.ann_candidates)`` chunks; each is rescored with
+        a numpy product (``matrix[ids] @ qvec``), so its score is its exact cosine (up to
+        float32 rounding) and the maximum is the best candidate's cosine (``top_dense``). With a type filter
+        (``allowed``, a boolean mask) the ANN is asked for more (see
+        :data:`FILTER_OVERSAMPLE`), candidates outside the filter are dropped, and a query
+        the oversampled search cannot fill falls back to exact scores of every chunk
+        (:data:`FILTER_EXACT_SHARE`); the pipeline then masks the filter as for exact.
+
+        Raises:
+            ValueError: no ANN (use :meth:`scores`).
+        """
+        if self.ann is None:
+            raise ValueError("candidate_scores needs an ANN (dense.index=hnsw|ivf)")
+        n = self.matrix.shape[0]
+        want = max(int(k or 0), int(self.ann.settings.ann_candidates))
+        out = np.full(n, -np.inf, dtype=np.float32)
+        if n == 0:
+            return out
+        ask = want
+        if allowed is not None:
+            n_allowed = int(np.count_nonzero(allowed))
+            if n_allowed == 0:
+                return out
+            ask = int(math.ceil(want * n / n_allowed * self.FILTER_OVERSAMPLE))
+            if ask > self.FILTER_EXACT_SHARE * n:
+                self.ann_stats["exact_fallbacks"] += 1
+                return self.scores(qvec)
+        ids = self.ann.search(qvec, min(ask, n))
+        if allowed is not None:
+            ids = ids[allowed[ids]]
+            if len(ids) < min(want, n_allowed):
+                self.ann_stats["exact_fallbacks"] += 1
+                return self.scores(qvec)
+        self.ann_stats["ann_searches"] += 1
+        out[ids] = self.matrix[ids] @ np.asarray(qvec, dtype=np.float32)
+        return out
+
+    def ann_recall(self, qvecs: Sequence[np.ndarray], k: int = 10) -> float:
+        """Recall@``k`` of this channel's top ``k`` (ANN candidates, rescored) against exact
+        search's top ``k`` (:meth:`scores` + :meth:`top`), averaged over ``qvecs``; 1.0 for an
+        exact channel (nothing computed)."""
+        if self.ann is None:
+            return 1.0
+        from rag.index.ann import recall_at_k
+
+        approx, exact = [], []
+        for v in qvecs:
+            approx.append([i for i, _ in self.top(self.candidate_scores(v, k=k), k)])
+            exact.append([i for i, _ in self.top(self.scores(v), k)])
+        return recall_at_k(approx, exact, k)
 
     def scores(self, qvec: np.ndarray) -> np.ndarray:
-        """Cosine of the query with every chunk, shape (n_chunks,)."""
+        """Exact cosine of the query with every chunk, shape (n_chunks,) (whether or not the
+        channel has an ANN)."""
         m = self.matrix
         n = m.shape[0]
         workers = _cores()
@@ -340,13 +429,19 @@ class DenseChannel:
         n = scores.shape[0]
         if n == 0:
             return []
+        finite = np.isfinite(scores)
+        if not finite.all():
+            # -inf marks chunks filtered out (or, with an ANN, not candidates): never
+            # returned. Select among the finite scores only: argpartition over an array that
+            # is mostly -inf is pathologically slow (14 ms at 100k rows for 100 finite ones)
+            keep = np.flatnonzero(finite)
+            return [(int(keep[i]), s) for i, s in DenseChannel.top(scores[keep], depth)]
         depth = min(depth, n)
         # the depth largest (no negated copy of the scores: that cost ~1 ms at 1M rows)
         cand = np.argpartition(scores, n - depth)[n - depth:] if depth < n else np.arange(n)
         # widen to every index tied with the cut-off so the tie-break by index is exact
         cutoff = scores[cand].min()
-        # -inf marks chunks filtered out before scoring: never returned
-        cand = np.flatnonzero((scores >= cutoff) & np.isfinite(scores))
+        cand = np.flatnonzero(scores >= cutoff)
         order = np.lexsort((cand, -scores[cand].astype(np.float64)))
         chosen = cand[order[:depth]]
         return [(int(i), float(scores[i])) for i in chosen]

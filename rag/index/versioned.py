@@ -11,12 +11,17 @@ never share an index)::
                                       versions, corpus fingerprint, built_at, counts
     builds/<build id>/chunks.json     the chunks
     builds/<build id>/embeddings.npy  (n_chunks, dim) float32, L2-normalised
+    builds/<build id>/ann.faiss       dense.index=hnsw|ivf only: the FAISS index
+                                      (faiss.write_index); the manifest's ``ann`` records its
+                                      settings, FAISS version and size (rag/index/ann.py)
     current -> builds/<build id>      a symlink swapped with os.replace (atomic)
 
 A loaded build is checked against the configured embedder: a different model id or dimension
 is refused (:class:`IndexMismatchError`), never scored; and against the requested corpus: a
 build whose recorded ``corpus_root`` (or ``corpus_sdist``) is not the requested one is refused
-(:class:`CorpusMismatchError`). Clean-up after a publish removes only folders it can prove are
+(:class:`CorpusMismatchError`). Its recorded settings (``settings``, with ``dense`` when the
+build holds an ANN) are compared by the caller (:func:`settings_changes`): a build whose
+ANN differs from the request is rebuilt, never served. Clean-up after a publish removes only folders it can prove are
 its own builds: a name of the build-id format (:data:`BUILD_ID`), not a symlink, holding a
 ``manifest.json`` (not a symlink) whose ``build_id`` is that name — and never the new build or
 the one ``current`` points to.
@@ -139,6 +144,10 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
     (tmp / "chunks.json").write_text(json.dumps([asdict(c) for c in index.chunks]))
     if index.dense is not None:
         np.save(tmp / "embeddings.npy", index.dense.matrix)
+        ann = getattr(index.dense, "ann", None)
+        if ann is not None:  # dense.index=hnsw|ivf (rag/index/ann.py)
+            ann.save(tmp / ann.info()["file"])
+            manifest["ann"] = ann.info()
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     final = builds / build_id
     os.replace(tmp, final)
@@ -166,11 +175,19 @@ def read_manifest(root_dir: Path) -> dict[str, Any]:
         raise NoIndexError(f"no index published under {root_dir}; run `rag index`") from None
 
 
-def check_compatible(manifest: dict[str, Any], *, embedder_id: str, dim: int) -> None:
-    """Raise :class:`IndexMismatchError` naming what differs between index and request."""
+def check_compatible(manifest: dict[str, Any], *, embedder_id: str, dim: int,
+                     query_id: str | None = None) -> None:
+    """Raise :class:`IndexMismatchError` naming what differs between index and request.
+
+    ``embedder_id`` is the model that embeds chunks; ``query_id``, when queries are embedded by
+    another encoder declared compatible with it (an ONNX export of the same model,
+    :class:`rag.index.onnx_embedder.SplitEmbedder`), is named in the message."""
     problems = []
     if manifest.get("embedder_id") != embedder_id:
-        problems.append(f"embedder: index {manifest.get('embedder_id')!r}, requested {embedder_id!r}")
+        via = (f" (query encoder {query_id!r}, declared compatible with {embedder_id!r})"
+               if query_id and query_id != embedder_id else "")
+        problems.append(f"embedder: index {manifest.get('embedder_id')!r}, requested "
+                        f"{embedder_id!r}{via}")
     if manifest.get("dim") != dim:
         problems.append(f"dimension: index {manifest.get('dim')}, requested {dim}")
     if manifest.get("tokenizer_version") != TOKENIZER_VERSION:
@@ -225,7 +242,9 @@ def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", 
 
     manifest = read_manifest(root_dir)
     check_corpus(manifest, expect or {})
-    check_compatible(manifest, embedder_id=embedder.model_id, dim=embedder.dim)
+    # a split embedder's chunks are the documents model's: a build of that model is accepted
+    check_compatible(manifest, embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
+                     dim=embedder.dim, query_id=embedder.model_id)
     build = (root_dir / "current").resolve()
     chunks = [Chunk(**c) for c in json.loads((build / "chunks.json").read_text())]
     matrix = np.load(build / "embeddings.npy")
@@ -237,8 +256,45 @@ def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", 
                       tokenizer=manifest.get("stats", {}).get("bm25_tokenizer", "code"))
     stats = {**manifest.get("stats", {}), "chunks_embedded": 0, "corpus_read": 0,
              "loaded_build": manifest["build_id"]}
-    return (Index(chunks=chunks, bm25=bm25, dense=DenseChannel(embedder, matrix),
+    return (Index(chunks=chunks, bm25=bm25,
+                  dense=DenseChannel(embedder, matrix, ann=_load_ann(build, manifest, matrix)),
                   corpus_fingerprint=manifest["corpus_fingerprint"], stats=stats), manifest)
+
+
+def _load_ann(build: Path, manifest: dict[str, Any], matrix: np.ndarray):
+    """The build's ANN (``ann.faiss``, described by the manifest's ``ann``), or None for an
+    exact build. A file that is missing, unreadable or does not match the embeddings (count,
+    dimension) is rebuilt from them with the recorded settings, with a warning on stderr.
+
+    Raises:
+        IndexMismatchError: the manifest's ANN settings are not valid here (e.g. an unknown
+            ``dense.index``).
+    """
+    info = manifest.get("ann")
+    if not info:
+        return None
+    import sys
+
+    from rag.index.ann import ANN_FILE, AnnIndex, AnnSettings
+
+    try:
+        settings = AnnSettings.from_config(info.get("settings") or {})
+        settings.validate()
+    except (ValueError, TypeError) as exc:
+        raise IndexMismatchError(f"build {manifest.get('build_id')}: its ANN settings are "
+                                 f"invalid ({exc}); rebuild it with `rag index`") from None
+    path = build / str(info.get("file") or ANN_FILE)
+    try:
+        ann = AnnIndex.load(path, settings, nlist=info.get("nlist"),
+                            build_s=float(info.get("build_s") or 0.0))
+        if ann.ntotal == matrix.shape[0] and int(ann.index.d) == matrix.shape[1]:
+            return ann
+        problem = f"it holds {ann.ntotal} x {ann.index.d} vectors, the build {matrix.shape}"
+    except (OSError, RuntimeError) as exc:
+        problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    print(f"warning: build {manifest.get('build_id')}: {path.name} unusable ({problem}); "
+          "rebuilding the ANN from its embeddings", file=sys.stderr)
+    return AnnIndex.build(matrix, settings)
 
 
 def age_hours(manifest: dict[str, Any], now: float | None = None) -> float:

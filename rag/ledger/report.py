@@ -223,6 +223,8 @@ def render_sweep(name: str, rows: list[LedgerRow],
                 "Δanswer support"]
         names = {"context_chars_mean": "context chars", "context_tokens_mean": "context tokens",
                  "filter_false_negative_rate": "filter false negatives",
+                 # dense.index=hnsw|ivf rows (the ann sweep): ANN top-10 against exact's
+                 "ann_recall_at_10": "ANN recall@10",
                  "candidate_pool_recall": "Recall@" + (base or srows[-1]).params.get(
                      "rerank.candidates", "40") + " of the candidate pool"}
         if name != "rerank":
@@ -237,7 +239,7 @@ def render_sweep(name: str, rows: list[LedgerRow],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
-                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall")) else f"{r.metrics[c]:.0f}")
+                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall", "_recall_at_10")) else f"{r.metrics[c]:.0f}")
                        if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]

@@ -142,17 +142,22 @@ class SearchPipeline:
         self.reranker = reranker
         self.gate = gate
 
-    def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank):
+    def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank,
+                 precomputed=None):
         """Every abstention signal, scoring the channels the route did not run.
 
         Signals are always measured on the whole corpus: whether the corpus answers a query
         does not depend on the caller's type filter, and a filtered signal would let a gate
-        learn "was this query filtered" instead (so with a filter both channels are rescored).
+        learn "was this query filtered" instead (so with a filter both channels are rescored,
+        or taken unfiltered from ``precomputed``).
         """
         from rag.search.signals import compute_signals
 
         if allowed is not None:
             dense_scores = bm25_scores = None
+        given = precomputed or {}
+        dense_scores = given.get("dense") if dense_scores is None else dense_scores
+        bm25_scores = given.get("bm25") if bm25_scores is None else bm25_scores
         if dense_scores is None and self.index.dense is not None:
             dense_scores = self.index.dense.score(query)
         if bm25_scores is None and self.index.bm25 is not None:
@@ -161,7 +166,8 @@ class SearchPipeline:
                                chunk_paths=self.index.chunk_paths, top_rerank=top_rerank)
 
     def search(self, query: str, *, depth: int | None = None,
-               with_signals: bool = False) -> SearchResult:
+               with_signals: bool = False,
+               precomputed: dict[str, np.ndarray] | None = None) -> SearchResult:
         """Search one query.
 
         Args:
@@ -172,9 +178,14 @@ class SearchPipeline:
                 each channel, so its ranking can hold fewer than ``depth`` paths.
             with_signals: also compute every abstention signal (``result.signals``), scoring
                 the channels the route skipped *after* the timed search (evaluation only).
+            precomputed: channel name -> that channel's scores of this query over every chunk,
+                unfiltered, as ``channel.score(query)`` returns them (``rag serve`` embeds
+                concurrent queries in one batch: rag/search/batching.py); a channel named here
+                is not scored again, and its time is the caller's to report.
 
         Raises:
-            ValueError: empty query, or a dense route on an index without embeddings.
+            ValueError: empty query, a dense route on an index without embeddings, or
+                precomputed scores whose length is not the number of chunks.
         """
         if not query or not query.strip():
             raise ValueError("empty query")
@@ -209,7 +220,15 @@ class SearchPipeline:
                 raise ValueError(f"route {eff!r}: {exc}") from None
             t0 = time.perf_counter()
             inner: dict[str, float] = {}
-            sc = channel.score(query, timings=inner)
+            if precomputed is not None and name in precomputed:
+                sc = precomputed[name]
+                if sc.shape != (len(self.index.chunks),):
+                    raise ValueError(f"precomputed {name!r} scores have shape {sc.shape}, "
+                                     f"not ({len(self.index.chunks)},)")
+            elif getattr(channel, "takes_hints", False):  # an ANN searches to the pool, filtered
+                sc = channel.score(query, timings=inner, k=pool, allowed=allowed)
+            else:
+                sc = channel.score(query, timings=inner)
             if allowed is not None:  # filtered out before ranking: never a candidate
                 sc = np.where(allowed, sc, -np.inf).astype(sc.dtype)
             channel_scores[name] = sc
@@ -252,7 +271,8 @@ class SearchPipeline:
             top_dense = None
         signals = gate_score = None
         if self.gate is not None:
-            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
+            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank,
+                                    precomputed)
             gate_score = self.gate.probability(signals)
             lo = self.gate.min_score if self.gate.min_score is not None else float("-inf")
             decision = band(gate_score, min_dense=lo,
@@ -289,7 +309,8 @@ class SearchPipeline:
         timings = {k: v * 1000.0 for k, v in t.items()}
         timings["total"] = (time.perf_counter() - t_start) * 1000.0
         if with_signals and signals is None:
-            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank)
+            signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank,
+                                    precomputed)
         # a lexical route that found nothing says why (no term in the corpus, or IDF 0); so
         # does a result the abstention floor dropped
         explain = getattr(self.index.channel(eff), "empty_reason", None) if eff in ranks else None

