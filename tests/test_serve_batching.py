@@ -225,7 +225,7 @@ def test_rag_serve_batches_concurrent_requests_with_the_hits_of_sequential_searc
         fixture_repo, tmp_path, monkeypatch):
     """8 concurrent POST /search to `rag serve` on 127.0.0.1 (stopped by its PID) answer what
     the same pipeline answers in process, one query at a time; the log shows a real batch."""
-    from rag.search.pipeline import SearchPipeline, SearchOptions
+    from rag.search.pipeline import SearchPipeline
     from rag.search_cli import _load, search_abstention
     from rag.serve import process
 
