@@ -225,9 +225,10 @@ def test_rerank_candidates_and_gate_on_the_rerank_score(fixture_repo, embedder, 
     table = {"docs/guide.md": 0.9, "src/shop/payments.py": 0.2}
     res = SearchPipeline(index, base, reranker=_FixedReranker(table)).search(q)
     # the pool is the first stage's top 3 chunks, before reranking
-    first3 = [(h.path, h.symbol) for h in SearchPipeline(index, base).search(q, depth=10).ranked[:3]]
+    first3 = [(h.path, h.symbol, h.start_line, h.end_line, h.chunk_id)
+              for h in SearchPipeline(index, base).search(q, depth=10).ranked[:3]]
     assert res.candidates == first3 == plain.candidates
-    pool_best = max(table.get(p, 0.0) for p, _ in first3)
+    pool_best = max(table.get(p, 0.0) for p, *_ in first3)
     assert res.top_rerank == pool_best
     assert res.hits[0].scores["rerank"] == pool_best
     # gated on the rerank score: below min_score -> dropped, below weak_score -> weak note

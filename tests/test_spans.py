@@ -439,3 +439,26 @@ def test_the_rest_of_a_narrowed_file_counts_as_judged():
     units = collapse_units(hits, q)
     assert list(units) == ["a.py", "x.py"]
     assert judged_at(units, q, 2) == pytest.approx(1 / 2)
+
+
+def test_candidate_pool_recall_judges_span_labels_by_lines():
+    """The first stage's pool carries each chunk's lines, so a span label (or a symbol label
+    on windows) counts there exactly as it counts in the ranking."""
+    q = _query(_span("a.py", 8, 12))
+    hit = _hit("a.py", 1, 10, 0.9)
+    res = SearchResult(hits=[hit], ranked=[hit], route="fixed", top_dense=None, dropped=0,
+                       weak_match=False, timings_ms={"total": 1.0},
+                       candidates=[(hit.path, hit.symbol, hit.start_line, hit.end_line,
+                                    hit.chunk_id)])
+
+    class _Pipe:
+        kind, top_k = "pipeline", 1
+
+        def retrieve(self, query, *, depth):
+            return res
+
+    from rag.eval.golden import GoldenSet
+
+    g = GoldenSet(positives=[q], negatives=[], fingerprint="", directory=Path("."))
+    m = evaluate(_Pipe(), g, recall_ks=[1], ndcg_k=1, depth=1, progress=False).metrics
+    assert m["candidate_pool_recall"] == 1.0

@@ -264,10 +264,11 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
             # the seeds' answer-support rate: a relevant doc among the top_k hits returned
             row["answer_support"] = float(any(q.qrels.get(d, 0) > 0 for d in returned))
             row["false_weak"] = (not res.hits) or res.weak_match
-            # the pool names (path, symbol) only, no lines: judged by name (hits_label)
-            pool = {d for p, sym in res.candidates
-                    for d in hit_units(SimpleNamespace(path=p, symbol=sym, chunk_id="",
-                                                       start_line=0, end_line=0), q, **judge)}
+            # the pool's chunks with their lines: judged like ranked hits (span labels too)
+            pool = {d for p, sym, start, end, cid in res.candidates
+                    for d in hit_units(SimpleNamespace(path=p, symbol=sym, chunk_id=cid,
+                                                       start_line=start, end_line=end), q,
+                                       **judge)}
             # the first stage's pool is known only for the built-in pipeline
             row["candidate_hit"] = (float(any(q.qrels.get(d, 0) > 0 for d in pool))
                                     if retriever.kind == "pipeline" else None)

@@ -96,8 +96,9 @@ class SearchResult:
         route: the effective mode (bm25, dense, hybrid).
         top_dense: the best dense cosine over the corpus, or None if dense did not run.
         top_rerank: the best rerank score of the candidates, or None if no reranker ran.
-        candidates: (path, symbol) of the first stage's top ``rerank_candidates`` chunks,
-            before any reranking (the pool a reranker can reorder), best first.
+        candidates: (path, symbol, start_line, end_line, chunk id) of the first stage's top
+            ``rerank_candidates`` chunks, before any reranking (the pool a reranker can
+            reorder), best first; the lines let span labels judge them.
         dropped: number of hits removed by the ``min_dense`` floor.
         weak_match: the top dense cosine fell in the weak band.
         timings_ms: wall time per stage (see :data:`STAGES`) and ``total``.
@@ -114,7 +115,7 @@ class SearchResult:
     # or a lexical route found no hit (BM25Channel.empty_reason)
     reason: str | None = None
     top_rerank: float | None = None
-    candidates: list[tuple[str, str | None]] = field(default_factory=list)
+    candidates: list[tuple[str, str | None, int, int, str]] = field(default_factory=list)
     # abstention signals (rag/search/signals.py), when asked for or when a learned gate ran
     signals: dict[str, float | None] | None = None
     # P(answerable) from the learned gate, when one decided abstention
@@ -248,8 +249,8 @@ class SearchPipeline:
         else:
             order = ranks[eff]
 
-        candidates = [(self.index.chunks[i].path, self.index.chunks[i].symbol)
-                      for i, _ in order[:o.rerank_candidates]]
+        candidates = [(c.path, c.symbol, c.start_line, c.end_line, c.id)
+                      for c in (self.index.chunks[i] for i, _ in order[:o.rerank_candidates])]
         rerank_scores: dict[int, float] | None = None
         top_rerank = None
         if self.reranker is not None and order:
