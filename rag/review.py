@@ -407,6 +407,17 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES)
     return HitCode(path=path, start=start, end=end, lines=shown, total=total, note=note)
 
 
+def _golden_corpus(golden_dir: Path) -> str | None:
+    """The ``corpus:`` field of ``golden_dir``'s queries.yaml, or None (absent, unreadable)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((golden_dir / QUERIES_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return data.get("corpus") if isinstance(data, dict) else None
+
+
 def use_color(mode: str, stream: TextIO) -> bool:
     """``always`` / ``never``, or ``auto``: when ``stream`` is a terminal (and rich imports)."""
     if mode == "never":
@@ -604,6 +615,11 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                   "judgements are written but not checked\n")
     if header.get("golden") and Path(header["golden"]).resolve() != Path(golden_dir).resolve():
         out.write(f"warning: the pool was made for {header['golden']}, not {golden_dir}\n")
+    labelled = _golden_corpus(Path(golden_dir))
+    if header.get("corpus") and labelled and str(header["corpus"]) != str(labelled):
+        raise ReviewError(f"{pool_file}: the pool was made for corpus {header['corpus']!r} but "
+                          f"{golden_dir} labels corpus {labelled!r}: its hits cannot be judged "
+                          "there")
     run_labels = {r["id"]: r.get("label") or r["id"][:8] for r in header.get("runs", [])}
     pairs = pending_pairs(records, editor, len(header.get("runs", [])))
     summary = Summary()
@@ -645,7 +661,13 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                     texts[pair.query_id] = text
                     summary.edited += 1
                 continue
-            if key == "s":
+            if key in ("y", "n") and (error or (code is not None and code.note)):
+                # a hit whose file or symbol is not in the corpus now: a label on it would not
+                # load (rag golden check would report it), so it is not written
+                out.write(f"not judged: {pair.hit['doc']} is not in the corpus as the pool "
+                          f"names it ({error or code.note}); skipped\n")
+                summary.skipped += 1
+            elif key == "s":
                 summary.skipped += 1
             else:
                 summary.written.add(editor.judge(pair.query_id, pair.origin, pair.hit["doc"],

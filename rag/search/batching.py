@@ -157,7 +157,8 @@ class DenseBatcher:
 
     def scores(self, query: str) -> BatchedScores:
         """The dense scores of ``query``, computed in a batch with the queries queued with it.
-        Blocks until its batch is done; an error of the batch is raised in every caller."""
+        Blocks until its batch is done; a batch that fails is retried one query at a time,
+        so only the query that fails raises."""
         item = _Pending(query=query, arrived=time.perf_counter())
         with self._cond:
             if self._closed:
@@ -220,7 +221,15 @@ class DenseBatcher:
                 s = batch_scores(self.channel, qvecs)
                 columns = [np.ascontiguousarray(s[:, j]) for j in range(len(batch))]
             t2 = time.perf_counter()
-        except BaseException as exc:  # noqa: BLE001 — handed to every waiting request
+        except Exception as exc:  # noqa: BLE001
+            if len(batch) > 1:  # one bad query must not fail the others: each on its own
+                for p in batch:
+                    self._compute([p])
+                return
+            batch[0].error = exc
+            batch[0].done.set()
+            return
+        except BaseException as exc:  # noqa: BLE001 — interpreter exit: release every waiter
             for p in batch:
                 p.error = exc
                 p.done.set()
