@@ -7,7 +7,10 @@ significance against the sweep's baseline.
   the keys that vary, start time) into the multirun directory, where every job — also in a
   reused joblib worker — reads it. At the end it logs the Holm-corrected summary to the parent
   run and closes it; if the multirun dies first, an ``atexit`` hook marks the parent FAILED,
-  and the report flags the sweep as incomplete.
+  and the report flags the sweep as incomplete. Before any job it also builds every distinct
+  index the sweep's jobs need into the on-disk caches under ``paths.cache_dir``
+  (:mod:`rag.ledger.prebuild`), so that no job, in any worker, embeds a chunk; the count is
+  logged on the parent run as ``sweep/chunks_embedded``.
 * :func:`sweep_significance` runs **once, when the multirun ends**: for every finished job,
   the paired randomization test of each per-query metric against its baseline row (read from
   the rows' ``per_query.csv`` artifacts), the minimum detectable effect, and Holm across the
@@ -281,16 +284,54 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
 class SweepCallback(Callback):  # type: ignore[misc]
     """Hydra callback: sweep id, experiment and parent run before the jobs; summary after."""
 
-    def __init__(self) -> None:
+    def __init__(self, prebuild: bool = True) -> None:
         # (uri, corpus -> parent run, sweep id, corpus -> experiment id)
         self._open: tuple[str, dict[str, str], str, dict[str, str]] | None = None
+        # build every distinct index of the sweep once, before any job (rag/ledger/prebuild.py);
+        # off with +hydra.callbacks.sweep.prebuild=false
+        self.prebuild = prebuild
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from rag.config import sweep_name
 
         name = sweep_name(config)
-        if not name or not config.tracking.enabled:
+        if name and config.tracking.enabled:
+            self._open_sweep(config, name)
+        if self.prebuild:
+            try:
+                self._prebuild(config)
+            except Exception as exc:  # noqa: BLE001 - without it every job builds its own
+                print(f"warning: sweep prebuild failed ({type(exc).__name__}: {exc}); each job "
+                      "builds its index itself", file=sys.stderr)
+
+    def _prebuild(self, config: Any) -> None:
+        """Build the sweep's indexes into the on-disk caches before any job starts, and log
+        ``sweep/chunks_embedded``, ``sweep/indexes_prebuilt`` and ``sweep/prebuild_s`` on the
+        parent run(s)."""
+        from rag.ledger.prebuild import prebuild_sweep
+
+        pre = prebuild_sweep(config)
+        print(f"sweep prebuild: {pre.indexes()} index(es) built before the jobs, "
+              f"{pre.chunks_embedded()} chunks embedded ({pre.seconds:.1f} s); every job reads "
+              "them from the caches in paths.cache_dir", flush=True)
+        if self._open is None:
             return
+        from mlflow.entities import Metric
+
+        from rag.ledger.mlflow_store import Ledger
+
+        uri, parents, _, _ = self._open
+        ledger = Ledger(uri)
+        now = int(time.time() * 1000)
+        for corpus, parent_id in parents.items():
+            only = corpus if len(parents) > 1 else None  # a suite: that corpus's indexes
+            values = {"sweep/chunks_embedded": pre.chunks_embedded(only),
+                      "sweep/indexes_prebuilt": pre.indexes(only),
+                      "sweep/prebuild_s": round(pre.seconds, 3)}
+            ledger.client.log_batch(parent_id, metrics=[Metric(k, float(v), now, 0)
+                                                        for k, v in values.items()])
+
+    def _open_sweep(self, config: Any, name: str) -> None:
         import atexit
 
         from rag.config import ledger_uri, output_path, register_configs
