@@ -236,7 +236,7 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     print("    " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
     print("    " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
     print(f"    MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
-          f"prose Recall@8 {na('prose/recall_at_8')}  symbol MRR {na('symbol/mrr')}  "
+          f"prose Recall@8 {na('tag.prose.recall_at_8')}  symbol MRR {na('tag.symbol.mrr')}  "
           f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
           + (f"{metrics['candidate_pool_recall']:.3f}" if "candidate_pool_recall" in metrics
              else "n/a"), file=out)

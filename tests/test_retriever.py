@@ -14,7 +14,7 @@ from conftest import run_overrides
 from rag.retriever import Query, RunFileRetriever, load_factory, parse_run_file
 
 RANKING = ("recall_at_1", "recall_at_8", "recall_at_40", "hit_at_1", "hit_at_8", "mrr",
-           "ndcg_at_10", "prose/mrr", "symbol/mrr")
+           "ndcg_at_10", "tag.prose.mrr", "tag.symbol.mrr")
 
 
 def test_parse_run_file_orders_by_rank_and_names_bad_lines(tmp_path):

@@ -21,7 +21,7 @@ from rag.retriever import (RETRIEVAL_FAILED, HttpRetriever, Query, dig, fill_tem
                            public_url)
 
 RANKING = ("recall_at_1", "recall_at_3", "recall_at_8", "recall_at_40", "hit_at_1", "hit_at_8",
-           "mrr", "ndcg_at_10", "prose/mrr", "symbol/mrr", "docs/mrr")
+           "mrr", "ndcg_at_10", "tag.prose.mrr", "tag.symbol.mrr", "tag.docs.mrr")
 RETURNED = ("answer_support_rate", "dropped_rate", "false_weak_rate", "abstain_rate",
             "dropped_positives", "dropped_negatives", "n_positives", "n_negatives",
             "context_chars_mean", "context_tokens_mean")

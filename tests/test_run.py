@@ -50,7 +50,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert metrics["index/files_skipped_gitignored"] == 2
     assert metrics["n_positives"] == 3 and metrics["n_negatives"] == 1
     for k in ("recall_at_8", "mrr", "ndcg_at_10", "abstain_rate", "false_weak_rate",
-              "prose/recall_at_8", "symbol/mrr", "hit_at_1"):
+              "tag.prose.recall_at_8", "tag.symbol.mrr", "hit_at_1"):
         assert 0.0 <= metrics[k] <= 1.0, k
     # the symbol query routes to BM25, where the exact identifier must win
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -247,7 +247,7 @@ def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_
     high = run_mod.run_job(compose(base + [f"abstain.min_dense={pos_min + 1e-4:.6f}",
                                            "abstain.weak_dense=0.99"]), stages=stages)
     ranking = [k for k in low if k.startswith(("recall_at_", "hit_at_", "ndcg_at_", "mrr",
-                                               "prose/", "symbol/", "docs/"))]
+                                               "tag.prose.", "tag.symbol.", "tag.docs."))]
     assert "mrr" in ranking and "recall_at_8" in ranking and "ndcg_at_10" in ranking
     assert {k: low[k] for k in ranking} == {k: high[k] for k in ranking}
     assert low["dropped_rate"] == 0.0 and high["dropped_rate"] == pytest.approx(1 / 3)

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from rag.eval.abstention import calibrate_abstention
 from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
+from rag.eval.metric_names import tag_metric
 from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
 from rag.search.pipeline import STAGES, Hit, SearchPipeline
 
@@ -31,7 +32,7 @@ class EvalResult:
     """Everything one evaluation measured.
 
     Attributes:
-        metrics: flat name -> value (MLflow-legal names; per tag as ``<tag>/recall_at_8``).
+        metrics: flat name -> value (MLflow-legal names; per tag as ``tag.<tag>.recall_at_8``, rag.eval.metric_names).
         per_query: one row per query (positives then negatives).
         calibration: see :func:`rag.eval.abstention.calibrate_abstention`.
         run: query id -> {doc id -> score} after collapsing to the first chunk per doc id.
@@ -290,8 +291,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     for tag in golden.tags:
         ids = [q.id for q in golden.positives if tag in q.tags]
         for k, v in mean_metrics(per_query_metrics, ids).items():
-            metrics[f"{tag}/{k}"] = v
-        metrics[f"{tag}/n_queries"] = float(len(ids))
+            metrics[tag_metric(tag, k)] = v
+        metrics[tag_metric(tag, "n_queries")] = float(len(ids))
     pos_rows = [r for r in rows if r["kind"] == "positive"]
     neg_rows = [r for r in rows if r["kind"] == "negative"]
     metrics["answer_support_rate"] = (sum(r["answer_support"] for r in pos_rows) / len(pos_rows)

@@ -321,7 +321,7 @@ def _tags(raw: Any, where: str, problems: list[str]) -> tuple[str, ...]:
         return ()
     bad = [t for t in raw if not _TAG.match(t)]
     if bad:
-        # tags become metric-name prefixes (prose/recall_at_8); keep them MLflow-legal
+        # tags become metric-name prefixes (tag.prose.recall_at_8); keep them MLflow-legal
         problems.append(f"{where}: tag(s) {bad} must match {_TAG.pattern}")
         return ()
     return tuple(raw)

@@ -19,7 +19,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("abstention", "abstain", "abstain.signal"),
     ("Recall@8", "metric", "recall_at_8"),
     ("MRR", "metric", "mrr"),
-    ("prose Recall@8", "metric", "prose/recall_at_8"),
+    ("prose Recall@8", "metric", "tag.prose.recall_at_8"),
     ("p50 ms", "metric", "latency_p50_ms"),
     ("abstain", "metric", "abstain_rate"),
     ("false_weak", "metric", "false_weak_rate"),
