@@ -179,32 +179,44 @@ def corpus_documents(golden, root, *, max_file_bytes: int = 1_000_000) -> list[d
     binary and size rules), in walk order, as ``{"_id": path, "title": "", "text": file
     text}``; then, for each symbol label (in order of first appearance), one document
     ``{"_id": "path#symbol", ...}`` whose text is that symbol's chunks as rag's chunker cuts
-    them, so that every corpus-id of the qrels names a document. A file's document also
+    them, and for each span label one document ``{"_id": "path#L<start>-<end>", ...}`` holding
+    those lines, so that every corpus-id of the qrels names a document. A file's document also
     holds its symbols' text, but only the symbol's document is relevant to a symbol label,
     just as rag judges a hit on another chunk of that file.
 
     Raises:
-        GoldenError: a label names a path that is not indexed, or a symbol that is not a
-            chunk of its path.
+        GoldenError: a label names a path that is not indexed, a symbol that is not a
+            chunk of its path, or lines past the end of its file.
         FileNotFoundError: ``root`` is not a directory.
     """
     from rag.corpus.chunk import chunk_document
     from rag.corpus.walk import walk_corpus
-    from rag.eval.golden import load_golden
+    from rag.eval.golden import GoldenError, load_golden
 
     docs = {d.path: d for d in walk_corpus(root, max_file_bytes=max_file_bytes)}
     labelled = {lab.path for q in golden.positives for lab in q.relevant}
     chunks = {p: chunk_document(docs[p]) for p in sorted(labelled) if p in docs}
     symbols = {(c.path, c.symbol) for cs in chunks.values() for c in cs if c.symbol}
     load_golden(golden.directory, corpus_paths=set(docs), corpus_symbols=symbols)  # checks labels
+    past_end = [f"query {q.id!r}: {lab.doc_key} ends after the last line of {lab.path!r} "
+                f"({len(docs[lab.path].text.splitlines())})"
+                for q in golden.positives for lab in q.relevant
+                if lab.lines and lab.lines[1] > len(docs[lab.path].text.splitlines())]
+    if past_end:
+        raise GoldenError(past_end)
     out = [{"_id": d.path, "title": "", "text": d.text} for d in docs.values()]
     seen: set[str] = set()
     for q in golden.positives:
         for lab in q.relevant:
-            if lab.symbol and lab.doc_key not in seen:
-                seen.add(lab.doc_key)
+            if lab.unit == "file" or lab.doc_key in seen:
+                continue
+            seen.add(lab.doc_key)
+            if lab.symbol:
                 text = "".join(c.text for c in chunks[lab.path] if c.symbol == lab.symbol)
-                out.append({"_id": lab.doc_key, "title": "", "text": text})
+            else:  # a span label: its own lines, as the qrels name them (path#L<a>-<b>)
+                a, b = lab.lines
+                text = "".join(docs[lab.path].text.splitlines(keepends=True)[a - 1:b])
+            out.append({"_id": lab.doc_key, "title": "", "text": text})
     return out
 
 
@@ -364,6 +376,10 @@ def add_tool_parsers(acts) -> None:
                     help="the golden directory (default: the one python -m rag.run would use "
                          "for that corpus)")
     ck.add_argument("--json", action="store_true", help="print JSON")
+    ck.add_argument("--pin", action="store_true",
+                    help="when every label resolves, write a digest: of each span label's "
+                         "current text into queries.yaml (comments kept), so a later check "
+                         "finds spans whose text moved inside the file")
 
     st = acts.add_parser(
         "stats", help="count a golden set (tags, label units, sources, negatives) and size it",
@@ -625,8 +641,18 @@ def check_command(args: argparse.Namespace) -> int:
     n_labels = sum(len(q.relevant) + len(getattr(q, "not_relevant", None) or ())
                    for q in golden.positives)
     examples = [q.id for q in golden.positives if q.id.startswith("example-")]
+    pinned = None
+    if args.pin and not problems:
+        from rag.eval.label_check import pin_digests
+
+        try:
+            pinned = pin_digests(golden_dir / "queries.yaml", view)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({
+            "pinned": pinned,
             "golden_dir": str(golden_dir), "labelled_corpus": golden.corpus, "corpus": view.name,
             "corpus_root": str(view.root), "files": len(view.lines), "chunks": view.chunks,
             "queries": len(golden.positives), "labels": n_labels,
@@ -645,9 +671,12 @@ def check_command(args: argparse.Namespace) -> int:
     for line in render_problems(problems):
         print(line)
     if problems:
-        print(f"{len(problems)} label(s) do not resolve")
+        print(f"{len(problems)} label(s) do not resolve"
+              + (": nothing pinned (fix them first)" if args.pin else ""))
         return 1
     print("ok: every label resolves")
+    if pinned is not None:
+        print(f"pinned {pinned} span digest(s) in {golden_dir / 'queries.yaml'}")
     return 0
 
 

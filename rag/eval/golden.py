@@ -32,7 +32,9 @@ TYPE_NAMES = CATEGORIES
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # a query's ``source``: hand, mined:git <sha>, mined:docstring, mined:github, ...
 _SOURCE = re.compile(r"^(hand|mined:[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
-_LABEL_KEYS = {"path", "symbol", "lines", "grade", "__line__"}
+_LABEL_KEYS = {"path", "symbol", "lines", "digest", "grade", "__line__"}
+_DIGEST = re.compile(r"^[0-9a-f]{12}$")
+DIGEST_CHARS = 12
 
 #: line ranges: sorted, disjoint, inclusive (start, end) pairs
 Ranges = tuple[tuple[int, int], ...]
@@ -57,6 +59,9 @@ class Label:
         spans: the lines the label covers, as :data:`Ranges`: a span label's ``lines``; a
             symbol label's lines once resolved against the index (:class:`CorpusUnits`;
             ``()`` when it was loaded without one: then it matches chunks by symbol name).
+        digest: a span label's optional ``digest:`` (:func:`span_digest` of its lines when
+            it was labelled), so ``rag golden check`` can tell a span whose text moved
+            inside its file (and where to) from a correct one.
     """
 
     path: str
@@ -64,6 +69,7 @@ class Label:
     grade: int = 1
     lines: tuple[int, int] | None = None
     spans: Ranges = ()
+    digest: str | None = None
 
     @property
     def unit(self) -> str:
@@ -327,6 +333,19 @@ def _tags(raw: Any, where: str, problems: list[str]) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def span_digest(text: str, lines: tuple[int, int]) -> str | None:
+    """The first :data:`DIGEST_CHARS` hex digits of the SHA-256 of lines ``start..end``
+    (1-based, inclusive) of ``text``, each line right-stripped and joined with ``\\n`` (so
+    line endings and trailing blanks do not count); ``None`` when the span runs past the
+    end of ``text``. A span label's ``digest:`` holds it, taken when it was labelled."""
+    all_lines = text.splitlines()
+    start, end = lines
+    if not 1 <= start <= end <= len(all_lines):
+        return None
+    body = "\n".join(line.rstrip() for line in all_lines[start - 1:end])
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+
+
 def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[str],
                  paths: set[str] | None, symbols: Any, units: CorpusUnits | None) -> Label | None:
     """One label of ``relevant`` or ``not_relevant``, validated; None when unusable."""
@@ -358,6 +377,14 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
             problems.append(f"{lwhere}: query {qid!r}: a label gives a symbol or lines, "
                             "never both")
             return None
+    digest = lab.get("digest")
+    if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
+        problems.append(f"{lwhere}: query {qid!r}: digest must be {DIGEST_CHARS} lowercase hex "
+                        f"digits (rag golden check --pin writes it), got {digest!r}")
+        digest = None
+    if digest is not None and "lines" not in lab:
+        problems.append(f"{lwhere}: query {qid!r}: a digest belongs to a span label "
+                        "(lines: [start, end])")
     if paths is not None and path not in paths:
         problems.append(f"{lwhere}: query {qid!r}: label path {path!r} is not in the corpus")
     elif symbol and symbols is not None and (path, symbol) not in symbols:
@@ -374,7 +401,8 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
         spans = (lines,)
     elif symbol and units is not None:
         spans = units.symbol_lines.get((path, symbol), ())
-    return Label(path=path, symbol=symbol, grade=grade, lines=lines, spans=spans)
+    return Label(path=path, symbol=symbol, grade=grade, lines=lines, spans=spans,
+                 digest=digest)
 
 
 def _check_units(labels: list[Label], where: str, qid: Any, what: str,

@@ -15,8 +15,12 @@ labelled text is stored, so the labels need nothing beside ``queries.yaml``:
   the same file (``handleAuthCallback`` -> ``handle_auth_callback``), the same method name under
   another class (``Cart.add_item`` -> ``Basket.add_item``), then the most similar names of the
   file;
-* a span past the end of its file: the file's length (a span whose lines merely moved inside
-  the file cannot be told from a correct one without the old text, which is not stored).
+* a span past the end of its file: the file's length;
+* a span whose text changed (its ``digest:`` -- :func:`rag.eval.golden.span_digest`, taken
+  when it was labelled or by ``rag golden check --pin`` -- no longer matches its lines): the
+  lines of the same length that now carry that digest (lines inserted above it, a function
+  moved down), else no suggestion. A span without a digest cannot be told from a correct
+  one, since the old text is not stored: ``--pin`` records the digests of a set known good.
 
 What names cannot find (a file renamed to an unrelated name, a symbol renamed to an unrelated
 word) is reported without a suggestion.
@@ -62,6 +66,25 @@ class CorpusView:
 
     def has_symbol(self, path: str, symbol: str) -> bool:
         return symbol in self.symbols.get(path, ())
+
+    def read_text(self, path: str) -> str | None:
+        """The current text of ``path`` read from ``root`` (None when it is not a file there,
+        e.g. a GitHub export document), for span digests; undecodable bytes replaced."""
+        f = self.root / path
+        try:
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+        except OSError:
+            return None
+
+
+def find_span(text: str, digest: str, length: int) -> list[tuple[int, int]]:
+    """Every span of ``length`` lines of ``text`` whose :func:`rag.eval.golden.span_digest`
+    is ``digest``, as 1-based inclusive ``(start, end)``, in file order."""
+    from rag.eval.golden import span_digest
+
+    n = len(text.splitlines())
+    return [(a, a + length - 1) for a in range(1, n - length + 2)
+            if span_digest(text, (a, a + length - 1)) == digest]
 
 
 def corpus_view(root: Path, *, name: str, walk: dict[str, Any] | None = None,
@@ -126,9 +149,13 @@ class Suggestion:
     why: str
     score: float
 
+    lines: tuple[int, int] | None = None
+
     @property
     def label(self) -> str:
-        return f"{self.path}#{self.symbol}" if self.symbol else self.path
+        if self.symbol:
+            return f"{self.path}#{self.symbol}"
+        return f"{self.path}#L{self.lines[0]}-{self.lines[1]}" if self.lines else self.path
 
 
 @dataclass
@@ -138,7 +165,7 @@ class LabelProblem:
     where: str           # file:line of the query
     query_id: str
     label: str           # path, path#symbol or path#L<start>-<end>
-    kind: str            # path_missing | symbol_missing | lines_out_of_range
+    kind: str            # path_missing | symbol_missing | lines_out_of_range | span_changed
     message: str
     suggestions: list[Suggestion] = field(default_factory=list)
     in_field: str = "relevant"     # relevant | not_relevant
@@ -259,6 +286,18 @@ def check_label(view: CorpusView, lab: Any, *, where: str, query_id: str,
         return LabelProblem(where, query_id, text, "lines_out_of_range",
                             f"lines {lines[0]}-{lines[1]} are outside {path!r} "
                             f"({n} lines)", sug, field_name)
+    digest = getattr(lab, "digest", None)
+    if lines and digest:
+        from rag.eval.golden import span_digest
+
+        current = view.read_text(path)
+        if current is not None and span_digest(current, lines) != digest:
+            found = find_span(current, digest, lines[1] - lines[0] + 1)
+            sug = [Suggestion(path, None, "the labelled text is here now (same digest)", 0.95,
+                              lines=span) for span in found[:MAX_SUGGESTIONS]]
+            return LabelProblem(where, query_id, text, "span_changed",
+                                f"lines {lines[0]}-{lines[1]} of {path!r} no longer hold the "
+                                f"labelled text (digest {digest})", sug, field_name)
     return None
 
 
@@ -289,3 +328,53 @@ def render_problems(problems: list[LabelProblem]) -> list[str]:
         if not p.suggestions:
             out.append("    no likely new location found by name")
     return out
+
+
+def pin_digests(queries_file: Path, view: CorpusView) -> int:
+    """Write a ``digest:`` (:func:`rag.eval.golden.span_digest` of the current text) after
+    the ``lines:`` of every span label in ``queries_file`` that has none, keeping comments,
+    order and quoting (ruamel.yaml round trip, written atomically); returns how many were
+    added. Labels whose file is not readable under ``view.root`` or whose span runs past its
+    end are left alone (``rag golden check`` reports those).
+
+    Raises:
+        OSError: the file cannot be read or written.
+        ValueError: the file is not a queries file (no ``queries:`` list).
+    """
+    import io
+
+    from rag.eval.golden import span_digest
+    from rag.review import _write, _yaml_for
+
+    text = Path(queries_file).read_text(encoding="utf-8")
+    y = _yaml_for(text)
+    data = y.load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("queries"), list):
+        raise ValueError(f"{queries_file}: no 'queries:' list")
+    texts: dict[str, str | None] = {}
+    added = 0
+    for q in data["queries"]:
+        if not isinstance(q, dict):
+            continue
+        for field_name in ("relevant", "not_relevant"):
+            for lab in q.get(field_name) or ():
+                if not isinstance(lab, dict) or "digest" in lab or "lines" not in lab:
+                    continue
+                path, lines = lab.get("path"), lab.get("lines")
+                if not isinstance(path, str) or not (isinstance(lines, list) and len(lines) == 2):
+                    continue
+                if path not in texts:
+                    texts[path] = view.read_text(path)
+                if texts[path] is None:
+                    continue
+                d = span_digest(texts[path], (int(lines[0]), int(lines[1])))
+                if d is None:
+                    continue
+                keys = list(lab.keys())
+                lab.insert(keys.index("lines") + 1, "digest", d)
+                added += 1
+    if added:
+        buf = io.StringIO()
+        y.dump(data, buf)
+        _write(Path(queries_file), buf.getvalue())
+    return added
