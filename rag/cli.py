@@ -1,4 +1,10 @@
-"""The ``rag`` command."""
+"""The ``rag`` command.
+
+Every subcommand exits with the statuses of one table (rag/exit_codes.py, README "Exit
+codes"); a closed stdout (``rag search q | head -1``) and Ctrl-C are handled once, here
+(:func:`rag.exit_codes.guarded`), never with a traceback. ``rag --version`` prints the
+installed version; ``rag completion bash|zsh`` prints a completion script (shtab).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,36 @@ import argparse
 import subprocess
 import sys
 
+SHELLS = ("bash", "zsh")
+
+
+def version() -> str:
+    """The installed ``rag`` distribution's version (importlib.metadata), or ``unknown``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("rag")
+    except PackageNotFoundError:
+        return "unknown"
+
 
 def main(argv: list[str] | None = None) -> int:
-    """``rag run [OVERRIDES...]`` and ``rag report [...]``."""
+    """The ``rag`` command (see ``rag --help``): returns its exit status (rag/exit_codes.py)."""
+    from rag.exit_codes import guarded
+
+    return guarded(lambda: _main(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rag`` command line: every subcommand and option (``rag completion`` reads it)."""
     parser = argparse.ArgumentParser(
         prog="rag",
-        description="Evaluation harness and experiment tracker for retrieval over code repositories.")
+        description="Evaluation harness and experiment tracker for retrieval over code repositories.",
+        epilog="Exit status: 0 ok, 1 check failed (regression, label rot), 2 could not run "
+               "(bad usage, config or input), 3 no result, 130 interrupted, 141 stdout closed "
+               "(README, Exit codes).")
+    parser.add_argument("--version", action="version", version=f"rag {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="evaluate one configuration and log a ledger row "
                                        "(same as python -m rag.run; Hydra overrides and "
@@ -24,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     p_diff.add_argument("run_b", help="the other run id (or a unique prefix)")
     p_diff.add_argument("--json", action="store_true", help="print JSON instead of text")
     p_diff.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
+    p_diff.add_argument("--changed-only", action="store_true",
+                        help="list only the queries whose rank, losing stage or answer changed")
+    p_diff.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="rich tables: auto = on a terminal (default), plain text otherwise")
     p_diff.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI; a relative sqlite path is taken from "
                              "$RAG_OUTPUT_DIR or the project root (default: $MLFLOW_TRACKING_URI, "
@@ -42,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p_search.add_argument("--types", nargs="+", default=None, metavar="T", choices=CATEGORIES,
                           help="only these document categories (applied before scoring)")
     p_search.add_argument("--json", action="store_true", help="print JSON (the hit shape)")
+    p_search.add_argument("--check-links", action="store_true",
+                          help="send bounded HEAD requests to the URLs of the first links.top_n "
+                               "hits and report failures (links.concurrency, links.timeout_s, "
+                               "links.budget_s); never changes the exit status")
     p_search.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                           help="any other config override, e.g. abstain.min_dense=0.2 "
                                "(before or after the query and the options)")
@@ -64,14 +102,43 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--max-batch", default=None, metavar="N",
                          help="embed at most N concurrent queries in one batch; 1: no batching "
                               "(default: RAG_MAX_BATCH, else 16)")
+    p_serve.add_argument("--log-key-file", default=None, metavar="FILE",
+                         help="a secret key (>= 32 bytes) for the log lines' correlation_id, "
+                              "an HMAC-SHA256 of the query; re-read when the file changes "
+                              "(rotation). Default: RAG_LOG_HMAC_KEY_FILE, else "
+                              "RAG_LOG_HMAC_KEY, else no correlation id")
     p_serve.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="config overrides (the RAG_* environment flags also apply)")
+    p_completion = sub.add_parser(
+        "completion", help="print a shell completion script: rag completion bash|zsh",
+        description="Print a completion script for the rag command (made with shtab). bash: "
+                    "`rag completion bash > ~/.local/share/bash-completion/completions/rag`; "
+                    "zsh: `rag completion zsh > \"${fpath[1]}/_rag\"`.")
+    p_completion.add_argument("shell", choices=SHELLS)
+    from rag.gate import add_parser as add_gate_parser
     from rag.golden_cli import add_parser as add_golden_parser
     from rag.reranker_cli import add_parser as add_reranker_parser
 
     add_reranker_parser(sub)
     add_golden_parser(sub)
+    add_gate_parser(sub)
+    return parser
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command == "completion":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        import shtab
+
+        print(shtab.complete(parser, shell=args.shell), end="")
+        return 0
+    if args.command == "gate":
+        from rag.gate import run as gate_run
+
+        return gate_run(args, rest, parser)
     if args.command == "golden":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -90,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         from rag.serve.app import serve
 
         return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
-                     batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch)
+                     batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
+                     log_key_file=args.log_key_file)
     if args.command in ("search", "index"):
         # KEY=VALUE overrides may come before or after the query and the options
         # (`rag search Q -r DIR k=v`): argparse leaves those after an option in `rest`
@@ -149,17 +217,25 @@ def _diff(args: argparse.Namespace) -> int:
     import json
 
     from rag.config import default_tracking_uri
-    from rag.ledger.diff import DiffError, compare_rows, render_text
+    from rag.ledger.diff import DiffError, compare_rows, print_rich, render_text
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
     uri = default_tracking_uri(args.tracking_uri)
     try:
-        summary = compare_rows(Ledger(uri, create=False), args.run_a, args.run_b, top=args.top)
+        summary = compare_rows(Ledger(uri, create=False), args.run_a, args.run_b, top=args.top,
+                               changed_only=args.changed_only)
     except (LookupError, LedgerError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        print(json.dumps(summary, indent=2) if args.json else render_text(summary))
+        from rag.review import use_color
+
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        elif use_color(args.color, sys.stdout):
+            print_rich(summary)
+        else:
+            print(render_text(summary))
     except BrokenPipeError:  # `rag diff ... | head`
         sys.stderr.close()
     return 0

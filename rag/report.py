@@ -51,8 +51,16 @@ def write_report(uri: str, out_path: Path, *, prefix: str = "rag", ledger=None,
     except (MlflowException, SQLAlchemyError) as exc:
         raise LedgerError(f"cannot read the ledger at {uri}: {one_line(exc)}") from exc
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    from rag.ledger.figures import write_report_figures
+
+    try:  # pictures beside the report (reports/figures/), linked relative to it
+        figures = write_report_figures(ledger, rows, out_path.parent / "figures", parents=parents)
+    except Exception as exc:  # noqa: BLE001 - a report without pictures is still a report
+        print(f"warning: report figures not written ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        figures = {}
     text = render_ledger(rows, source=uri, sweep=sweep, parents=parents,
-                         unfinished=unfinished) + "\n"
+                         unfinished=unfinished, figures=figures) + "\n"
     # a unique temporary name: parallel sweep jobs may write the report at the same time
     fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

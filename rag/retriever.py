@@ -6,7 +6,11 @@ A :class:`Retriever` answers a :class:`Query` with a :class:`rag.search.pipeline
 caller receives after abstention, with ``dropped`` / ``weak_match``), per-stage
 ``timings_ms`` (``total`` at least) and, where known, ``reason`` for an empty answer,
 per-query abstention ``signals`` and ``hit_texts`` (the returned chunks' text, for the
-context-size metrics). Everything else is optional.
+context-size metrics). Everything else is optional: ``channel_candidates`` (each channel's
+candidates, by channel name) and ``first_stage_top`` (the top ``top_k`` before reranking)
+let the evaluator say at which stage a positive was lost (rag/eval/attribution.py); only
+the built-in pipeline reports them, so for the others a positive not returned is lost at
+``unknown``.
 
 Implementations are registered by name in :data:`RETRIEVERS` (``retriever.kind``); each
 builder takes the composed config and keyword-only resources and returns a Retriever.

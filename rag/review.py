@@ -11,7 +11,17 @@ whenever stdin is not a terminal; blank lines and ``#`` lines of a script are ig
 
 ``y``  relevant: a label (``path``, or ``path`` + ``symbol``) is appended to the query's
        ``relevant:`` in queries.yaml; a candidate not yet there is first appended to
-       queries.yaml (every key of its entry, ``source:`` included).
+       queries.yaml (every key of its entry, ``source:`` included, except the miner's
+       per-source keys :data:`rag.eval.mining.PER_SOURCE_KEYS` — ``kind``, ``leakage``,
+       ``commit``, ... — which queries.yaml does not take).
+       A run names every chunk that hits none of the query's labels by its path, so a pool's
+       new hits are whole files and ``y`` labels the whole file; ``y UNIT`` (a script line,
+       e.g. ``y Flask.url_for``, ``y Registering Blueprints`` or ``y L10-20``) labels only
+       that symbol (as the chunker names it in that file) or that span of a whole-file hit
+       instead, and the rest of the file then counts as judged not relevant (the narrowing
+       rule of :func:`rag.eval.pooling.judgement`). A unit that is not a symbol of the file
+       (or a span past its end), or ``y UNIT`` on a hit that is not a whole file, is not
+       written: the pair is skipped with one line saying why.
 ``n``  not relevant: the label is appended to the query's ``not_relevant:`` (for a candidate
        not yet in queries.yaml: in its entry of the candidates file).
 ``s``  skip this pair (it comes back in the next session).
@@ -317,7 +327,11 @@ class GoldenEditor:
             if qid in self.negative_ids:
                 raise ReviewError(f"candidate {qid!r} has the id of a negative in "
                                   f"{self.dir / NEGATIVES_FILE}; rename it first")
+            from rag.eval.mining import PER_SOURCE_KEYS
+
             new = _fresh(item)
+            for key in PER_SOURCE_KEYS:  # a mined candidate's keys that queries.yaml refuses
+                new.pop(key, None)
             if "relevant" in new and not new["relevant"]:  # an empty relevant: list
                 del new["relevant"]
             self._append_label(new, "relevant", doc)
@@ -405,6 +419,36 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES)
     if max_lines and len(shown) > max_lines:
         shown = shown[:max_lines]
     return HitCode(path=path, start=start, end=end, lines=shown, total=total, note=note)
+
+
+def narrowed_doc(corpus_root: Path, doc: str, unit: str) -> tuple[str | None, str | None]:
+    """The doc id of ``unit`` (a symbol as the chunker names it in the file, or
+    ``L<start>-<end>``) inside the whole-file hit ``doc``: ``(doc id, None)``, or ``(None,
+    why)`` when the hit is not a whole file, the file cannot be read, or the unit is not a
+    symbol of the file / a span inside it."""
+    import re
+
+    from rag.corpus.chunk import chunk_document, split_lines
+    from rag.corpus.walk import Document, categorize
+
+    if "#" in doc:
+        return None, f"{doc} is not a whole-file hit: 'y {unit}' narrows only a path"
+    try:
+        data = (Path(corpus_root) / doc).read_bytes()
+    except OSError as exc:
+        return None, f"cannot read {doc} ({exc.strerror or exc})"
+    text = data.decode("utf-8", errors="replace")
+    m = re.fullmatch(r"L(\d+)-(\d+)", unit)
+    if m:
+        a, b, n = int(m.group(1)), int(m.group(2)), len(split_lines(text))
+        if not 1 <= a <= b <= n:
+            return None, f"{unit} is not a span of {doc} (1 <= start <= end <= {n})"
+        return f"{doc}#L{a}-{b}", None
+    symbols = {c.symbol for c in chunk_document(Document(
+        path=doc, category=categorize(doc), text=text, size=len(data))) if c.symbol}
+    if unit not in symbols:
+        return None, f"{unit!r} is not a symbol of {doc}"
+    return f"{doc}#{unit}", None
 
 
 def _golden_corpus(golden_dir: Path) -> str | None:
@@ -524,9 +568,10 @@ class ScriptKeys(Keys):
                 continue
             key, _, arg = line.partition(" ")
             key = key.lower()
-            if key not in KEYS or (arg.strip() and key != "e"):
+            if key not in KEYS or (arg.strip() and key not in ("e", "y")):
                 raise ReviewError(f"{self.name}:{self.n}: unknown key {line!r} "
-                                  f"(one of {', '.join(KEYS)}; e takes the new text)")
+                                  f"(one of {', '.join(KEYS)}; e takes the new text, y "
+                                  "optionally a symbol or L<start>-<end> of the hit's file)")
             out.write(PROMPT + line + "\n")
             return key, arg.strip() or None
         return None
@@ -661,6 +706,14 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                     texts[pair.query_id] = text
                     summary.edited += 1
                 continue
+            doc = pair.hit["doc"]
+            if key == "y" and arg:  # narrow a whole-file hit to one of its symbols or a span
+                doc, why = (narrowed_doc(corpus_root, pair.hit["doc"], arg)
+                            if corpus_root is not None else (None, "no corpus root"))
+                if doc is None:
+                    out.write(f"not judged: {why}; skipped\n")
+                    summary.skipped += 1
+                    break
             if key in ("y", "n") and (error or (code is not None and code.note)):
                 # a hit whose file or symbol is not in the corpus now: a label on it would not
                 # load (rag golden check would report it), so it is not written
@@ -670,7 +723,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
             elif key == "s":
                 summary.skipped += 1
             else:
-                summary.written.add(editor.judge(pair.query_id, pair.origin, pair.hit["doc"],
+                summary.written.add(editor.judge(pair.query_id, pair.origin, doc,
                                                  relevant=key == "y"))
                 if editor.replaced:
                     out.write(f"note: {pair.hit['doc']} replaces the narrower label(s) "
@@ -710,7 +763,8 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
                         "any are given, else the rows' corpus_root recorded in the pool)")
     p.add_argument("--script", default=None, metavar="FILE",
                    help="read the keys from FILE ('-': stdin), one per line "
-                        "(y, n, s, q, or 'e NEW TEXT')")
+                        "(y, n, s, q, 'e NEW TEXT', or 'y UNIT': label only that symbol or "
+                        "L<start>-<end> of a whole-file hit)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="syntax highlighting: auto (when stdout is a terminal), always, never")
     p.add_argument("--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N",

@@ -400,6 +400,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     t_start = time.perf_counter()
+    started_ms = int(time.time() * 1000)  # the ledger row's start time (MLflow shows durations)
     try:
         validate(cfg)
     except ValueError as exc:
@@ -431,7 +432,15 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                                 f"{cfg.corpus.name}" if dataset_tags else None))
     stages = STAGES if stages is None else stages
     embedder = stages.embedder(cfg)
-    index = stages.index(cfg, root, embedder)
+    # progress bars only on a terminal: `python -m rag.run 2> file` writes no bar frames
+    index = stages.index(cfg, root, embedder, progress=sys.stderr.isatty())
+    from rag.trace_links import resolve_source, run_links, source_tags
+
+    # the commit and URL template of the traces' links, resolved once (rag/trace_links.py)
+    source = resolve_source(root, url_template=cfg.corpus.url_template or None)
+    if source.dirty and source.usable:
+        print(f"warning: the corpus work tree {root} has uncommitted changes: links point at "
+              f"commit {source.commit}, which may not hold the indexed text", file=sys.stderr)
     try:
         golden = load_golden(golden_dir, corpus_paths=index.paths, corpus_symbols=index.symbols,
                              units=corpus_units(index))
@@ -454,7 +463,9 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                       target_dropped=float(cfg.abstain.target_dropped),
                       count_tokens=embedder.count_tokens,
                       ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)),
-                      min_overlap=float(cfg.eval.min_overlap))
+                      min_overlap=float(cfg.eval.min_overlap),
+                      progress=sys.stderr.isatty(), trace_n=int(cfg.links.top_n),
+                      hit_url=run_links(source, github_export=bool(cfg.corpus.github_export)))
     metrics = dict(result.metrics)
     # --- ANN recall (dense.index=hnsw|ivf, rag/index/ann.py): the ANN's top-10 chunk ids
     # against exact search's top-10 over every golden query (re-embedded here, untimed)
@@ -479,12 +490,19 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
         if (k.startswith(("files_skipped_", "lang/")) or k.endswith("_s")
                 or k == "symbol_coverage"):
             metrics[f"index/{k}"] = float(v)
+    links = None
+    if cfg.eval.check_links:  # bounded HEAD requests; failures are reported, never raised
+        from rag.trace_links import check_run_traces
+
+        links = check_run_traces(result.per_query, cfg.links)
+        metrics.update(links.metrics())
     metrics["wall_s"] = time.perf_counter() - t_start
 
     run_id = None
     t = cfg.tracking
     if t.enabled:
-        from rag.ledger.mlflow_store import LedgerError, git_commit, params_from_config
+        from rag.ledger.mlflow_store import (QRELS_FILE, RUN_FILE, LedgerError, git_commit,
+                                             golden_input, params_from_config)
         from rag.report import write_report
 
         container = to_container(cfg)
@@ -497,21 +515,26 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
             "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
             "per_query.csv": per_query_csv(result.per_query),
             "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
+            **({"links.json": json.dumps(links.as_dict(), indent=2) + "\n"} if links else {}),
             # TREC run and qrels, named .txt so the MLflow UI previews them as text
-            "run.trec": "\n".join(trec_run_lines(result.run, "rag")) + "\n",
-            "qrels.txt": "\n".join(trec_qrels_lines(golden)) + "\n",
+            RUN_FILE: "\n".join(trec_run_lines(result.run, "rag")) + "\n",
+            QRELS_FILE: "\n".join(trec_qrels_lines(golden)) + "\n",
         }
         if "learned_gate" in result.calibration:
             artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
                                                            indent=2) + "\n"
         import tempfile
 
-        from rag.eval.abstention import plot_calibration
+        from rag.ledger.figures import row_figures, save_png
 
         plot_dir = Path(tempfile.mkdtemp(prefix="rag-plot-"))
-        if result.calibration.get("signals"):
-            artifacts["calibration.png"] = plot_calibration(
-                result.calibration, result.per_query, plot_dir / "calibration.png")
+        if result.calibration.get("signals"):  # score histograms, risk-coverage curves
+            in_force = (abstention_tags["abstain_signal"],
+                        *(None if abstention_tags.get(k) in (None, "none")
+                          else float(abstention_tags[k]) for k in ("abstain_min", "abstain_weak")))
+            for name, fig in row_figures(result.per_query, result.calibration,
+                                         in_force=in_force).items():
+                artifacts[name] = save_png(fig, plot_dir / Path(name).name)
         commit = git_commit(project_root())
         ctx = _sweep_context()
         tags = {
@@ -532,6 +555,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                if reranker is not None else {}),
             "mlflow.source.git.commit": commit.removesuffix("-dirty"),
             **sweep_tags(cfg, ctx),
+            **source_tags(source),
         }
         # a sweep job's significance against its baseline is computed once, when the sweep
         # ends (rag.ledger.sweep.sweep_significance): no job waits for its baseline
@@ -539,7 +563,13 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
         try:
             run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
                                     params=params_from_config(container), metrics=metrics,
-                                    tags=tags, artifacts=artifacts)
+                                    tags=tags, artifacts=artifacts, start_time_ms=started_ms,
+                                    inputs=[golden_input(
+                                        name=golden_dir.name, fingerprint=golden.fingerprint,
+                                        source=str(golden_dir),
+                                        profile={"positives": len(golden.positives),
+                                                 "negatives": len(golden.negatives),
+                                                 "tags": list(golden.tags)})])
         finally:
             import shutil
 
@@ -554,6 +584,8 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
             print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)
     else:
         print_row(None, cfg, metrics, index.stats, result.calibration, abstention_tags)
+    if links is not None:
+        print("\n".join(links.lines()))
     return metrics
 
 
@@ -577,16 +609,20 @@ def main(cfg: DictConfig) -> float:
         print(f"error: {exc}", file=sys.stderr)
         if "sweep_dir" in ctx:
             raise  # in a multirun: this job fails, the others still run
-        sys.exit(2)
+        from rag.exit_codes import ExitCode
+
+        sys.exit(ExitCode.ERROR)
     return metrics.get("mrr", 0.0)
 
 
 if __name__ == "__main__":
-    from rag.config import check_override_keys
+    from rag.config import check_override_keys, check_override_values
+    from rag.exit_codes import ExitCode, guarded
 
-    try:
+    try:  # a bad key or value: one line and exit 2, as every command (rag/exit_codes.py)
         check_override_keys(sys.argv[1:])
+        check_override_values(sys.argv[1:])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    main()
+        sys.exit(ExitCode.ERROR)
+    sys.exit(guarded(lambda: main() and None))  # hydra.main returns nothing; MRR is for sweepers

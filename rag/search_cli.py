@@ -93,10 +93,13 @@ def _has_override(overrides: list[str], key: str) -> bool:
 
 class CliError(SystemExit):
     """A bad-input failure of a ``rag`` command: its one ``error: ...`` line has been printed to
-    stderr; the exit status is 2 (the README's code for bad input). ``str()`` is the line."""
+    stderr; the exit status is :attr:`rag.exit_codes.ExitCode.ERROR` (2, could not run).
+    ``str()`` is the line."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(2)
+        from rag.exit_codes import ExitCode
+
+        super().__init__(int(ExitCode.ERROR))
         self.message = message
 
     def __str__(self) -> str:
@@ -182,7 +185,9 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
                                                          k1=cfg.bm25.k1, b=cfg.bm25.b,
                                                          expect=identity)
-                changed = versioned.settings_changes(manifest, index_settings(cfg))
+                # a link template decides no index content: applied at answer time instead
+                changed = [c for c in versioned.settings_changes(manifest, index_settings(cfg))
+                           if c != "corpus.url_template"]
                 if not changed:
                     return cfg, index, manifest
                 # walk rules, chunker, tokenizer or header differ: never serve it
@@ -198,8 +203,12 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 return cfg, None, {"refused": str(exc)}
         root = corpus_root(cfg)
         index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
+        from rag.trace_links import resolve_source
+
+        # the commit its hits' links are pinned to, resolved once for this build
+        source = resolve_source(root, url_template=cfg.corpus.url_template or None)
         # the chunks' model (a split embedder's queries use an encoder declared compatible)
-        versioned.publish(index, root_dir,
+        versioned.publish(index, root_dir, source=source.as_dict(),
                           embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
                           dim=embedder.dim,
                           normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
@@ -242,8 +251,54 @@ def search_abstention(cfg, index):
         cli_error(exc)
 
 
-def search_command(args: Namespace) -> int:
-    """Run one query and print the hits as a table or, with ``--json``, in the hit shape."""
+def link_source(cfg, manifest: dict[str, Any]):
+    """The :class:`rag.trace_links.SourceRef` a build's hits link with: the commit its manifest
+    recorded (``source``) and ``corpus.url_template`` if set, else the recorded template."""
+    from rag.trace_links import SourceRef
+
+    return SourceRef.from_dict(manifest.get("source")).with_template(cfg.corpus.url_template)
+
+
+def index_info(manifest: dict[str, Any], *, max_age_h: float, now: float | None = None) -> dict:
+    """What a search answer says about the build that served it: ``version``, ``built_at``
+    (epoch seconds), ``age_s``, ``stale`` (older than ``max_age_h`` hours, ``index.max_age_h``:
+    still served, flagged) and the ``commit`` / ``dirty`` its links are pinned to. ``now``:
+    epoch seconds (default: the clock). All None for a manifest without a build time."""
+    from rag.index.versioned import age_hours
+
+    src = manifest.get("source") or {}
+    if "built_at" not in manifest:
+        return {"version": None, "built_at": None, "age_s": None, "stale": None,
+                "commit": None, "dirty": None}
+    age = age_hours(manifest, now)
+    return {"version": manifest["build_id"], "built_at": manifest["built_at"],
+            "age_s": round(age * 3600, 1), "stale": age > float(max_age_h),
+            "commit": src.get("commit"), "dirty": src.get("dirty")}
+
+
+def hit_dicts(hits, source) -> list[dict[str, Any]]:
+    """The hits as they are answered (``rag search --json``, ``rag serve``): the seed's hit
+    shape without ``score``, plus ``url`` (:func:`rag.trace_links.hit_url`; None when it has
+    none)."""
+    from rag.trace_links import hit_url
+
+    return [{**{k: v for k, v in h.as_dict().items() if k != "score"}, "url": hit_url(h, source)}
+            for h in hits]
+
+
+def search_command(args: Namespace, *, now: float | None = None) -> int:
+    """Run one query and print the hits as a table or, with ``--json``, in the hit shape.
+
+    ``--check-links`` sends bounded HEAD requests to the URLs of the first ``links.top_n``
+    hits (rag/trace_links.py) and reports them (``links`` in the JSON); it never changes the
+    exit status. ``now`` (epoch seconds) is the clock the index's age is read with.
+
+    Returns:
+        :attr:`~rag.exit_codes.ExitCode.OK` when hits were returned or abstention dropped them
+        (an answer: nothing here is relevant enough), :attr:`~rag.exit_codes.ExitCode.NO_RESULT`
+        when nothing was ranked at all (no lexical match, a type filter that leaves nothing).
+    """
+    from rag.exit_codes import ExitCode
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     overrides = list(args.overrides)
@@ -259,29 +314,36 @@ def search_command(args: Namespace) -> int:
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
     res = SearchPipeline(index, opts, gate=gate).search(args.query)
-    from rag.index.versioned import age_hours
-
-    age = age_hours(manifest)
+    source = link_source(cfg, manifest)
+    info = index_info(manifest, max_age_h=cfg.index.max_age_h, now=now)
     out: dict[str, Any] = {
-        "hits": [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits],
-        "index": {"version": manifest["build_id"], "built_at": manifest["built_at"],
-                  "age_s": round(age * 3600, 1), "stale": age > cfg.index.max_age_h},
+        "hits": hit_dicts(res.hits, source),
+        "index": info,
         "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
         "top_dense": res.top_dense, "reason": res.reason,
         "timings_ms": {k: round(v, 3) for k, v in res.timings_ms.items()},
     }
-    if out["index"]["stale"]:
-        print(f"warning: index {manifest['build_id']} is {age:.1f} h old (index.max_age_h="
-              f"{cfg.index.max_age_h}); run `rag index` to refresh it", file=sys.stderr)
-    try:
-        _print_result(res, out, as_json=args.json)
-    except BrokenPipeError:  # `rag search ... | head`
-        sys.stderr.close()
-    return 0
+    if info["stale"]:
+        print(f"warning: index {info['version']} is {info['age_s'] / 3600:.1f} h old "
+              f"(index.max_age_h={cfg.index.max_age_h:g}); still served, flagged stale: true; "
+              "run `rag index` to refresh it", file=sys.stderr)
+    report = None
+    if getattr(args, "check_links", False):
+        from rag.trace_links import check_from_config
+
+        top = out["hits"][:int(cfg.links.top_n)]
+        report = check_from_config(list(dict.fromkeys(h["url"] for h in top if h["url"])),
+                                   cfg.links)
+        out["links"] = report.as_dict()
+    _print_result(res, out, as_json=args.json)  # a closed stdout: rag.exit_codes.guarded
+    if report is not None and not args.json:
+        print("\n".join(report.lines()))
+    return int(ExitCode.NO_RESULT if not res.hits and not res.dropped else ExitCode.OK)
 
 
 def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
-    """The result as JSON, or as a table (no table when nothing was returned)."""
+    """The result as JSON, or as a table (no table when nothing was returned); each hit's URL,
+    when it has one, on the line below it."""
     if as_json:
         print(json.dumps(out, indent=2))
         return
@@ -296,10 +358,12 @@ def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
               if any(h.scores.get(s) is not None for h in res.hits)]
     print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} "
           + " ".join(f"{s:>7}" for s in stages))
-    for i, h in enumerate(res.hits, 1):
+    for i, (h, d) in enumerate(zip(res.hits, out["hits"]), 1):
         loc = f"{h.path}:{h.start_line}-{h.end_line}"
         print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
               + " ".join(f"{fmt(h.scores.get(s)):>7}" for s in stages))
+        if d.get("url"):
+            print(f"    {d['url']}")
 
 
 def index_command(args: Namespace) -> int:

@@ -171,7 +171,7 @@ def load_embedder(cfg: DictConfig):
     kind = str(getattr(e.kind, "value", e.kind))
     try:
         if kind == "model2vec":
-            if str(getattr(e.query_backend, "value", e.query_backend)) != "torch":
+            if str(getattr(e.query_backend, "value", e.query_backend) or "torch") != "torch":
                 raise RunError("embedder.query_backend=onnx needs embedder.kind="
                                "sentence_transformers (the ONNX file is that model's export)")
             from rag.index.dense import Model2VecEmbedder
@@ -184,7 +184,7 @@ def load_embedder(cfg: DictConfig):
             except ImportError as exc:
                 raise RunError("embedder.kind=model2vec needs the model2vec package with its "
                                f"distill extra ({exc})") from exc
-        backend = str(getattr(e.query_backend, "value", e.query_backend))
+        backend = str(getattr(e.query_backend, "value", e.query_backend) or "torch")
         if backend == "onnx":
             return _onnx_query_embedder(e, cfg.paths.cache_dir)
         return SentenceTransformerEmbedder(

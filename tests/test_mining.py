@@ -290,13 +290,22 @@ def test_docstring_candidates_and_leakage(tmp_path):
         ("doc-pkg-store.py-Cache", "Keep parsed entries in memory.",
          [{"path": "pkg/store.py", "symbol": "Cache"}], 1.0, 0.0),
     ]
-    assert res.candidates[0]["tags"] == ["mined_docstring", "source"]
+    # how it was made is the tag; the file's category is a type (a tag "source", "example"
+    # or "config" would mix mined queries into per-tag metrics of another meaning)
+    assert res.candidates[0]["tags"] == ["mined_docstring"]
+    assert res.candidates[0]["types"] == ["source"]
     assert res.candidates[0]["source"] == "mined:docstring"
     # Cache.put's "Store it." has 2 words; Cache.get and helper share a summary; inner is
     # not a chunk (a function nested in a function), so it is not even examined
     assert dict(res.skipped) == {"short_summary": 1, "duplicate_summary": 2, "over_max": 0}
     assert res.examined == 5
     assert len(mine_docstrings(tmp_path, max_candidates=1).candidates) == 1
+    # a documented example file: category "example" goes to types, never to tags
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples/demo.py").write_text('def run_demo():\n    """Run the shop demo server."""\n')
+    demo = [c for c in mine_docstrings(tmp_path, max_candidates=None).candidates
+            if c["relevant"] == [{"path": "examples/demo.py", "symbol": "run_demo"}]]
+    assert [(c["tags"], c["types"]) for c in demo] == [(["mined_docstring"], ["example"])]
 
 
 def test_leakage_by_hand():

@@ -1,5 +1,5 @@
-"""notebooks/ledger.ipynb runs headless (nbclient) on a small fixture ledger; the Pareto
-front helper is checked by hand."""
+"""notebooks/ledger.ipynb runs headless (nbclient) on a small fixture ledger and renders its
+figures inline (image/png outputs); the Pareto front helper is checked by hand."""
 
 from __future__ import annotations
 
@@ -30,11 +30,17 @@ def _fixture_ledger(tmp_path) -> str:
     ledger = Ledger(uri, tmp_path / "art")
     for mode, mrr, p50 in (("bm25", 0.60, 1.0), ("dense", 0.55, 25.0), ("hybrid", 0.59, 30.0),
                            ("auto", 0.62, 20.0)):
+        base = mode == "auto"
         ledger.log_row(experiment="rag-fixture", run_name=mode,
                        params={"search.mode": mode, "abstain.min_dense": "0.45",
                                "abstain.weak_dense": "0.55"},
-                       metrics={"mrr": mrr, "latency_p50_ms": p50, "recall_at_8": 0.7},
+                       metrics={"mrr": mrr, "latency_p50_ms": p50, "recall_at_8": 0.7,
+                                **({} if base else {"vs_baseline/mrr_delta": mrr - 0.62,
+                                                    "vs_baseline/mrr_ci_low": mrr - 0.70,
+                                                    "vs_baseline/mrr_ci_high": mrr - 0.55,
+                                                    "vs_baseline/mrr_p_holm": 0.2})},
                        tags={"sweep_name": "routing", "sweep_job": f"search.mode={mode}",
+                             "sweep_id": "routing-1", "is_baseline": str(base).lower(),
                              "golden_fingerprint": "g1", "corpus_fingerprint": "c1"},
                        artifacts={"per_query.csv": _per_query([0.6, 0.7, 0.5], [0.3, 0.4])})
     return uri
@@ -76,3 +82,32 @@ def test_notebook_executes_headless(tmp_path, monkeypatch):
     assert re.search(r"'negative_max_top_dense': (np\.float64\()?0\.4\b", outputs), outputs
     assert not any(o.get("output_type") == "error" for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
+    assert "sweep routing-1: 3 job(s) besides the baseline" in outputs
+    # every figure renders inline: the Pareto plot, the score histogram, the ΔMRR plot
+    images = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert len(images) == 3, images
+    import base64
+
+    for i in images:
+        png = next(o["data"]["image/png"] for o in nb.cells[i].outputs
+                   if "image/png" in o.get("data", {}))
+        assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pareto_plot_labels_every_point():
+    from rag.ledger.figures import pareto
+
+    df = pd.DataFrame({"latency_p50_ms": [1.0, 25.0, 30.0, 20.0, float("nan")],
+                       "mrr": [0.60, 0.55, 0.59, 0.62, 0.9],
+                       "label": ["bm25", "dense", "hybrid", "auto", "broken"]})
+    fig = pareto(df)
+    ax = fig.axes[0]
+    # four rows with both values: four labels, one per point; the NaN row is left out (said so)
+    assert sorted(t.get_text() for t in ax.texts) == ["auto", "bm25", "dense", "hybrid"]
+    assert "1 without values left out" in ax.get_title()
+    # the front (bm25, auto) is the line; the dominated two are the scatter
+    line = ax.lines[0]
+    assert list(line.get_xdata()) == [1.0, 20.0] and list(line.get_ydata()) == [0.60, 0.62]
+    assert len(ax.collections[0].get_offsets()) == 2
+    assert ax.get_xscale() == "log"  # 1 .. 30 ms spans more than a factor of 10

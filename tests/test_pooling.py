@@ -338,6 +338,90 @@ def test_script_errors_and_undo(setup, capsys):
     assert (golden / "queries.yaml").read_text() == before
 
 
+def test_a_mined_candidate_moves_without_its_per_source_keys(setup, capsys):
+    """A candidate as `rag golden mine` writes it (kind, leakage, leakage_masked beside the
+    queries.yaml keys) moves into queries.yaml at its first y: the miner's keys are dropped
+    (queries.yaml refuses unknown keys: the write used to be undone and the session stopped)."""
+    tmp_path, repo, golden, cands = setup
+    cands.write_text(textwrap.dedent("""\
+        candidates:
+        - id: doc-refund
+          query: Give the customer their money back.
+          source: mined:docstring
+          tags: [mined_docstring]
+          types: [source]
+          relevant:
+          - path: src/shop/payments.py
+          note: function docstring summary
+          kind: function
+          leakage: 1.0
+          leakage_masked: 0.5
+          commit: 0123abcd
+        """), encoding="utf-8")
+    run = tmp_path / "c.trec"
+    run.write_text("doc-refund Q0 src/shop/payments.py 1 0.7 c\n"
+                   "doc-refund Q0 docs/guide.md#Refunds 2 0.6 c\n", encoding="utf-8")
+    out = tmp_path / "pool.jsonl"
+    assert pool_command(_parse(add_pool_parser, [
+        "pool", "--golden", str(golden), "--run-file", str(run), "--queries", str(cands),
+        "--out", str(out)])) == 0
+    rc, text = _review(tmp_path, golden, out, repo, "y\n")
+    assert rc == 0, text
+    assert "judged 1 pair(s) (1 relevant, 0 not relevant)" in text
+    moved = (golden / "queries.yaml").read_text().split("- id: doc-refund\n")[1]
+    assert moved == ("    query: Give the customer their money back.\n"
+                     "    source: mined:docstring\n"
+                     "    tags: [mined_docstring]\n"
+                     "    types: [source]\n"
+                     "    relevant:\n"
+                     "      - path: src/shop/payments.py\n"
+                     "      - path: docs/guide.md\n"
+                     "        symbol: Refunds\n"
+                     "    note: function docstring summary\n"
+                     "# end of the positives\n")
+    g = load_golden(golden)
+    q = next(q for q in g.positives if q.id == "doc-refund")
+    assert (q.source, q.tags, q.types) == ("mined:docstring", ("mined_docstring",), ("source",))
+
+
+def test_y_with_a_unit_narrows_a_whole_file_hit(setup, capsys):
+    """A pool's new hits are whole files (a run names unlabelled chunks by path); 'y SYMBOL'
+    or 'y L<a>-<b>' labels only that part, and the rest of the file then counts as judged."""
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+    capsys.readouterr()
+    # pending, in pool order: sym-auth-callback: cart.py, tests/test_cart.py;
+    # prose-voucher: docs/guide.md#Shop guide, payments.py; cand-refund: payments.py, ...
+    rc, out = _review(tmp_path, golden, pool_file, repo, textwrap.dedent("""\
+        y apply_discount_code
+        y no_such_function
+        y Shop guide
+        y L9-11
+        q
+        """))
+    assert rc == 0, out
+    assert "not judged: 'no_such_function' is not a symbol of tests/test_cart.py; skipped" in out
+    assert "y Shop guide" in out and "not judged: docs/guide.md#Shop guide is not a whole-file hit" in out
+    assert "judged 2 pair(s) (2 relevant, 0 not relevant), skipped 2" in out
+    g = load_golden(golden)
+    by = {q.id: q for q in g.positives}
+    assert [lab.doc_key for lab in by["sym-auth-callback"].relevant] == [
+        "src/shop/payments.py#handleAuthCallback", "src/shop/cart.py#apply_discount_code"]
+    assert [lab.doc_key for lab in by["prose-voucher"].relevant] == [
+        "src/shop/cart.py#apply_discount_code", "src/shop/payments.py#L9-11"]
+    # the narrowed files are judged now (the rest of each counts as not relevant): a new
+    # session starts at the pairs left
+    rc, out = _review(tmp_path, golden, pool_file, repo, "q\n")
+    assert out.startswith("4 unjudged pair(s)")
+    # a span past the end of the file is refused
+    from rag.review import narrowed_doc
+    assert narrowed_doc(repo, "tests/test_cart.py", "L1-3") == (
+        None, "L1-3 is not a span of tests/test_cart.py (1 <= start <= end <= 2)")
+    assert narrowed_doc(repo, "tests/test_cart.py", "test_add_item") == (
+        "tests/test_cart.py#test_add_item", None)
+
+
 def test_rich_or_plain_output(setup):
     tmp_path, repo, golden, cands = setup
     pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),

@@ -3,7 +3,9 @@
 ``gh issue list --json number,title,body,url,labels,state,createdAt > issues.json`` and
 ``gh pr list --json number,title,body,url,labels,state,createdAt > prs.json``; each record
 becomes one document of category ``issue`` or ``pull_request`` (by its URL: ``/pull/`` is a
-pull request) whose path is its canonical URL, so a hit links straight to it.
+pull request) whose path is its canonical URL, so a hit links straight to it: its ``url``
+(rag/trace_links.py ``hit_url``) is that URL as the export gave it, never a commit-pinned
+template. A URL must be an ``https://`` or ``http://`` address without a user name or password.
 """
 
 from __future__ import annotations
@@ -19,6 +21,21 @@ class GitHubExportError(ValueError):
 
 
 REQUIRED = ("number", "title", "url")
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a document's canonical link, or None (credentials never echoed)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "is not a URL"
+    if "@" in parts.netloc:
+        return "holds a user name or password"
+    if parts.scheme not in ("https", "http") or not parts.netloc or any(c.isspace() for c in url):
+        return f"{url!r} is not an http(s) URL"
+    return None
 
 
 def load_github_export(path: Path) -> list[Document]:
@@ -41,7 +58,11 @@ def load_github_export(path: Path) -> list[Document]:
         if missing:
             problems.append(f"{path}: record {i}: missing {missing}")
             continue
-        url = str(rec["url"])
+        url = str(rec["url"]).strip()
+        problem = _url_problem(url)
+        if problem:
+            problems.append(f"{path}: record {i}: url {problem}")
+            continue
         category = "pull_request" if "/pull/" in url else "issue"
         labels = ", ".join(lab.get("name", "") if isinstance(lab, dict) else str(lab)
                            for lab in rec.get("labels") or [])

@@ -7,7 +7,8 @@ Two halves, never mixed (DESIGN.md §5):
 * **returned** (after abstention, what a caller receives): ``answer_support_rate``,
   ``dropped_rate``, ``false_weak_rate`` (positives) and ``abstain_rate`` (negatives).
 
-Also: the per-query table (with each query's ``returned_as``: returned / weak / dropped / empty),
+Also: the per-query table (with each query's ``returned_as``: returned / weak / dropped / empty,
+and each positive's ``lost_at``: the stage that lost its relevant unit, rag/eval/attribution.py),
 latency percentiles per stage, the abstention calibration (:mod:`rag.eval.abstention`), and
 the run as a mapping ready for a TREC run file.
 """
@@ -21,6 +22,7 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from rag.eval.abstention import calibrate_abstention
+from rag.eval.attribution import row_columns, stage_metrics, trace_result
 from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
 from rag.eval.metric_names import tag_metric
 from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
@@ -158,7 +160,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
              use_expected_types: bool = False,
              gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
              target_dropped: float = 0.02, count_tokens=None, ties: str = "doc_id",
-             min_overlap: float = 0.0) -> EvalResult:
+             min_overlap: float = 0.0, hit_url=None, trace_n: int = 5) -> EvalResult:
     """Evaluate a :class:`rag.retriever.Retriever` on ``golden`` — the evaluator reads only
     what the retriever returns (a :class:`~rag.search.pipeline.SearchPipeline` is wrapped as
     :class:`rag.retriever.PipelineRetriever`).
@@ -193,12 +195,23 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     ``count_tokens`` (texts -> word pieces each, untruncated, with [CLS]/[SEP]) sizes each
     query's returned context; default: the dense channel's embedder, when there is one.
 
+    Each positive's ``lost_at`` (:mod:`rag.eval.attribution`: not_in_candidates, fused_out,
+    reranked_out, abstained, returned, or unknown where the retriever does not report that
+    stage) and ``found_by`` (the channels whose candidates held a relevant chunk) go to the
+    per-query table; ``lost_at/<stage>`` and ``tag.<tag>.lost_at/<stage>`` count them.
+
     ``candidate_pool_recall`` is the share of positives with a relevant doc among the first
     stage's top ``rerank_candidates`` chunks (before any reranking): the most a reranker of
     that pool could bring into the top k. For each ``gate_thresholds`` value t (reranker
     runs only), ``rerank_gate/<t>/abstain_rate`` and ``rerank_gate/<t>/false_weak_rate`` are
     the two rates above had abstention read the rerank score instead of the dense cosine:
     a query is flagged when its top rerank score is < t or nothing was reranked.
+
+    ``hit_url`` (a hit -> its URL or None, :func:`rag.trace_links.url_maker`) adds each query's
+    ``trace_urls``: the URLs of the first ``trace_n`` hits of its ranking (before abstention),
+    space-separated, for the link check (``eval.check_links``).
+
+    ``progress``: a bar on stderr, shown only when stderr is a terminal.
 
     Returns:
         An :class:`EvalResult`.
@@ -226,8 +239,9 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
                      else ()) for kind, q in items]
     if hasattr(retriever, "prefetch"):  # e.g. an HTTP retriever answering concurrently
         retriever.prefetch(queries, depth=depth)
+    # disable=None: tqdm shows the bar only on a terminal (never frames in a redirected stderr)
     for (kind, q), query in tqdm(list(zip(items, queries)), desc="evaluating", unit="query",
-                                 disable=not progress):
+                                 disable=None if progress else True):
         types = query.types
         res = retriever.retrieve(query, depth=depth)
         if types and category is not None:
@@ -248,6 +262,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
             "top_hits": " | ".join(f"{h.path}:{h.start_line}" + (f"#{h.symbol}" if h.symbol else "")
                                    for h in res.hits[:3]),
         }
+        if hit_url is not None:  # the retrieval trace's links (rag/trace_links.py)
+            row["trace_urls"] = " ".join(u for u in map(hit_url, res.ranked[:trace_n]) if u)
         if kind == "positive":
             ranked_units = collapse_units(res.ranked, q, **judge)
             scores = {d: v[0] for d, v in ranked_units.items()}
@@ -274,6 +290,10 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
             # the first stage's pool is known only for the built-in pipeline
             row["candidate_hit"] = (float(any(q.qrels.get(d, 0) > 0 for d in pool))
                                     if retriever.kind == "pipeline" else None)
+            # where the relevant unit was lost, from what the retriever reports per stage
+            row.update(row_columns(trace_result(
+                res, top_k=top_k, relevant=lambda c, q=q: any(
+                    q.qrels.get(d, 0) > 0 for d in hit_units(c, q, **judge)))))
             row.update(m)
         else:
             run[q.id] = collapse(res.ranked, None)
@@ -329,6 +349,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
             if pos_rows:
                 metrics[f"rerank_gate/{t:g}/false_weak_rate"] = (
                     sum(gated(r, t) for r in pos_rows) / len(pos_rows))
+    # positives lost at each stage (lost_at/<stage>, per tag too)
+    metrics.update(stage_metrics(pos_rows, golden.tags))
     metrics["dropped_positives"] = float(sum(1 for r in pos_rows if r["dropped"]))
     metrics["dropped_negatives"] = float(sum(1 for r in neg_rows if r["dropped"]))
     for stage, vals in timings.items():

@@ -10,8 +10,10 @@ history, docstrings or GitHub issues — for a person to review, never a golden 
 The output is a *candidates file*, by default ``<--golden DIR, else the current
 directory>/candidates-<source>.yaml``; ``queries.yaml`` and ``negatives.yaml`` are refused as
 outputs. Its format is kept close to ``queries.yaml`` (golden/README.md) so that a reviewer
-can move an entry over by copying ``id``, ``query``, ``tags``, ``relevant``, ``note`` and
-``source`` (a query's provenance in queries.yaml) and dropping the per-source keys::
+can move an entry over by copying ``id``, ``query``, ``tags``, ``types``, ``relevant``,
+``note`` and ``source`` (a query's provenance in queries.yaml) and dropping the per-source
+keys (:data:`PER_SOURCE_KEYS`; ``rag golden review`` drops them when its first ``y`` moves
+a candidate)::
 
     # Candidates mined by `rag golden mine --from git`: NOT a golden set. ...
     # examined 57 commits: 18 candidates; skipped: merge 3, revert 1, ...
@@ -36,7 +38,11 @@ can move an entry over by copying ``id``, ``query``, ``tags``, ``relevant``, ``n
         date: '2024-05-01T12:00:00+02:00'
 
 Per-source keys: ``commit``, ``subject``, ``date`` (git); ``leakage``, ``leakage_masked``,
-``kind`` (docstrings); ``url``, ``prs`` (github). Skip counts go to stderr as well.
+``kind`` (docstrings); ``url``, ``prs`` (github). Skip counts go to stderr as well. ``tags``
+say how a candidate was made (``mined_git``, ``mined_docstring``, ``mined_github``); a
+docstring candidate's ``types`` name the walker's category of its file (``source``,
+``test``, ``example``, ...), as ``types:`` does in queries.yaml — never a tag, which would
+mix it into per-tag metrics of another meaning (golden/flask's ``example`` and ``config``).
 
 **git** (:func:`mine_git`). Each commit reachable from ``--at`` (default ``HEAD``), newest
 first, until ``--max`` candidates: the subject (plus the body, without trailers, with
@@ -85,7 +91,8 @@ tokens (:func:`rag.index.tokenize.tokenize`) found in the tokens of the relevant
 (about 1.0 by construction), and ``leakage_masked``, the same share against the chunk cut
 from the file after :func:`mask_docstrings` (what an index built with docstrings masked
 still shares with the query: identifiers, comments). They are tagged ``mined_docstring`` so
-that metrics on them are reported separately. Other languages keep their doc comments in
+that metrics on them are reported separately; their ``types`` is the category of the
+documented symbol's file. Other languages keep their doc comments in
 comments above the symbol (rag/corpus/languages.py); they are not mined (their summaries are
 not separable from licence headers and commented-out code without per-language rules).
 
@@ -141,6 +148,9 @@ GIT_SKIPS = ("merge", "revert", "generic_subject", "no_indexable_file", "too_lar
 DOC_SKIPS = ("short_summary", "duplicate_summary", "over_max")
 GITHUB_SKIPS = ("not_merged", "issue_without_pr", "generic_title", "no_indexable_file",
                 "too_large", "over_max")
+#: keys of a candidate that queries.yaml does not take (dropped when a candidate moves there)
+PER_SOURCE_KEYS = ("commit", "subject", "date", "kind", "leakage", "leakage_masked", "url",
+                   "prs")
 SYMBOL_LABEL_KINDS = frozenset({"function", "class", "method", "section"})
 GIT_TIMEOUT_S = 300
 
@@ -761,7 +771,8 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
         "id": _safe_id("doc", f"{f['path']}-{f['symbol']}", seen_ids),
         "query": f["query"],
         "source": "mined:docstring",
-        "tags": [TAGS["docstrings"], f["category"]],
+        "tags": [TAGS["docstrings"]],
+        "types": [f["category"]],
         "relevant": [{"path": f["path"], "symbol": f["symbol"]}],
         "note": (f"{f['kind']} docstring summary; {int(round(100 * f['leakage']))}% of its "
                  f"tokens are in the chunk, {int(round(100 * f['leakage_masked']))}% with "
@@ -951,8 +962,9 @@ def render_candidates(result: MineResult, *, corpus: str | None = None) -> str:
     head = [
         f"# Candidates mined by `rag golden mine --from {result.source}`: NOT a golden set.",
         "# Review each entry; move the ones you keep into queries.yaml with their id, query,",
-        "# tags, relevant, note and source, leaving out the other keys (commit, subject, date,",
-        "# kind, leakage, leakage_masked, url, prs). Labels are candidates too: trim them.",
+        "# tags, types, relevant, note and source, leaving out the other keys "
+        f"({', '.join(PER_SOURCE_KEYS)}).",
+        "# Labels are candidates too: trim them.",
         f"# {skip_line(result)}",
     ]
     if result.source == "docstrings":

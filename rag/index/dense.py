@@ -17,7 +17,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -526,3 +526,51 @@ class Model2VecEmbedder:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text with the static model's tokenizer, before truncation."""
         return [len(e.ids) for e in self.model.tokenizer.encode_batch(list(texts))]
+
+
+def _value(v: Any) -> Any:
+    """An enum's value, else the value itself (OmegaConf keeps enum members)."""
+    return getattr(v, "value", v)
+
+
+def check_encoder_settings(e: Any) -> None:
+    """Refuse an ``embedder`` config that cannot run as written, before anything is loaded.
+
+    Checks ``backend`` / ``dtype`` / ``query_backend`` (rag/config.py ``EmbedderConfig``) and
+    ``max_seq_by_category``: bfloat16 only on torch and on a CPU with native bfloat16
+    (:func:`rag.index.cpu.check_dtype`); a query side on the other runtime only in float32
+    (the two runtimes' int8 quantizations are different models); model2vec has no backend or
+    dtype to choose; a per-category length is >= 8 word pieces.
+
+    Args:
+        e: the ``embedder`` config node (or any object with those attributes).
+
+    Raises:
+        ValueError: one line naming the key (:class:`rag.index.cpu.UnsupportedDtypeError` for
+            the dtype).
+    """
+    from rag.index.cpu import check_dtype
+
+    kind = str(_value(e.kind))
+    backend = str(_value(getattr(e, "backend", "torch")))
+    dtype = str(_value(getattr(e, "dtype", "float32")))
+    query = _value(getattr(e, "query_backend", None))
+    query = backend if query is None else str(query)
+    if kind == "model2vec":
+        if backend != "torch" or dtype != "float32" or query != "torch":
+            raise ValueError("embedder.kind=model2vec is a static model: embedder.backend, "
+                             "embedder.query_backend and embedder.dtype keep their defaults "
+                             f"(torch, torch, float32), got {backend}, {query}, {dtype}")
+    else:
+        check_dtype(backend, dtype)
+        if query != backend and dtype != "float32":
+            raise ValueError(f"embedder.query_backend={query} with embedder.backend={backend} "
+                             f"needs embedder.dtype=float32 (got {dtype}): the two runtimes' "
+                             "quantized models differ, so queries and chunks would not share "
+                             "one vector space")
+    lengths = getattr(e, "max_seq_by_category", None) or {}
+    items = lengths.items() if hasattr(lengths, "items") else vars(lengths).items()
+    for category, n in items:
+        if n is not None and int(n) < 8:
+            raise ValueError(f"embedder.max_seq_by_category.{category} must be >= 8 word "
+                             f"pieces (or null), got {n}")

@@ -111,7 +111,8 @@ def _own_builds(builds: Path) -> list[Path]:
 
 def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalized: bool,
             corpus_root: str, corpus_sdist: str | None = None, keep: int = 3,
-            settings: dict[str, Any] | None = None) -> Path:
+            settings: dict[str, Any] | None = None,
+            source: dict[str, Any] | None = None) -> Path:
     """Write ``index`` as a new build and make it current (atomic symlink swap).
 
     Args:
@@ -122,6 +123,9 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
             walk rules, chunker, tokenizer, header, code versions), recorded so a reader can
             refuse a build made under other rules.
         keep: how many of this index's own builds to keep (at least the new one).
+        source: where the indexed files can be opened, resolved once for this build
+            (:meth:`rag.trace_links.SourceRef.as_dict`: commit, dirty, URL template), so the
+            links of its hits stay pinned to what it indexed.
 
     Returns:
         The new build directory. Older builds beyond ``keep`` are removed — only folders
@@ -139,7 +143,7 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         "tokenizer_version": TOKENIZER_VERSION, "chunker_version": CHUNKER_VERSION,
         "corpus_fingerprint": index.corpus_fingerprint, "corpus_root": corpus_root,
         "corpus_sdist": corpus_sdist, "chunks": len(index.chunks), "stats": index.stats,
-        "settings": settings,
+        "settings": settings, "source": source,
     }
     (tmp / "chunks.json").write_text(json.dumps([asdict(c) for c in index.chunks]))
     if index.dense is not None:
@@ -298,5 +302,5 @@ def _load_ann(build: Path, manifest: dict[str, Any], matrix: np.ndarray):
 
 
 def age_hours(manifest: dict[str, Any], now: float | None = None) -> float:
-    """Hours since the build was published."""
-    return ((now or time.time()) - float(manifest["built_at"])) / 3600.0
+    """Hours since the build was published; ``now``: epoch seconds (default: the clock)."""
+    return ((time.time() if now is None else now) - float(manifest["built_at"])) / 3600.0

@@ -15,9 +15,11 @@ PARAMS = ("search.mode", "search.prose_mode", "search.top_k", "fusion.rrf_k", "a
 def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
     """One row per ledger row (sweep parents excluded), oldest first.
 
-    Columns: run_id, experiment, start_time (UTC), corpus and golden fingerprints (compare
-    only rows that share both), sweep_name, sweep_job, is_baseline, the
-    params in :data:`PARAMS` and the metrics in :data:`COLUMNS` (NaN where absent).
+    Columns: run_id, experiment, start_time and end_time (UTC), duration_s, label (the
+    sweep job, else the run name, else the run id's first 8 characters: what a plot writes
+    beside the row's point), corpus and golden fingerprints (compare only rows that share
+    both), sweep_name, sweep_job, is_baseline, the params in :data:`PARAMS` and the metrics
+    in :data:`COLUMNS` (NaN where absent).
     """
     from rag.ledger.mlflow_store import Ledger
 
@@ -25,8 +27,13 @@ def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
     records = []
     for exp in ledger.experiments(prefix):
         for r in ledger.rows([exp.experiment_id]):
+            end = r.info.end_time
             rec = {"run_id": r.info.run_id, "experiment": exp.name,
                    "start_time": pd.Timestamp(r.info.start_time, unit="ms", tz="UTC"),
+                   "end_time": pd.Timestamp(end, unit="ms", tz="UTC") if end else pd.NaT,
+                   "duration_s": (end - r.info.start_time) / 1000 if end else float("nan"),
+                   "label": (r.data.tags.get("sweep_job") or r.info.run_name
+                             or r.info.run_id[:8]),
                    "corpus_fingerprint": r.data.tags.get("corpus_fingerprint"),
                    "golden_fingerprint": r.data.tags.get("golden_fingerprint"),
                    "sweep_name": r.data.tags.get("sweep_name"),
@@ -35,7 +42,8 @@ def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
             rec.update({p: r.data.params.get(p) for p in PARAMS})
             rec.update({m: r.data.metrics.get(m, float("nan")) for m in COLUMNS})
             records.append(rec)
-    cols = ["run_id", "experiment", "start_time", "corpus_fingerprint", "golden_fingerprint",
+    cols = ["run_id", "experiment", "start_time", "end_time", "duration_s", "label",
+            "corpus_fingerprint", "golden_fingerprint",
             "sweep_name", "sweep_job", "is_baseline",
             *PARAMS, *COLUMNS]
     return pd.DataFrame.from_records(records, columns=cols).sort_values("start_time",

@@ -1,10 +1,13 @@
 """All MLflow access lives here: create the experiment, log one ledger row, read rows back.
 
-A ledger row is one MLflow run: params = the flattened resolved config, metrics = the
-evaluation, tags = fingerprints (git commit, corpus, golden set, model), artifacts = the
-resolved config, the per-query table, the calibration JSON and the TREC run file. Rows are
-only ever added; nothing here edits or deletes one, except that :meth:`Ledger.mark_killed` sets
-the status of a row left RUNNING by a killed process to KILLED.
+A ledger row is one MLflow run: params = the flattened resolved config (spelled as the YAML
+config spells it: ``true``, ``null``), metrics = the evaluation (headline first, then the
+groups of :mod:`rag.ledger.metric_groups`), tags = fingerprints (git commit, corpus, golden
+set, model), input dataset = the golden set (name, digest = its fingerprint), artifacts = the
+resolved config, the per-query table, the calibration JSON, the TREC run and qrels files and
+the row's figures. The run carries the evaluation's real start time and ends when the row is
+logged. Rows are only ever added; nothing here edits or deletes one, except that
+:meth:`Ledger.mark_killed` sets the status of a row left RUNNING by a killed process to KILLED.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote
 
 PARAM_MAX_CHARS = 500
+
+# The TREC run file of a row. Named .txt because the MLflow UI previews .txt artifacts (it
+# shows nothing for .trec); rows logged before are read under their old name.
+RUN_FILE = "run.trec.txt"
+RUN_FILE_NAMES = (RUN_FILE, "run.trec")
+QRELS_FILE = "qrels.txt"
+# MLflow's dataset digest column holds at most 36 characters (MAX_DATASET_DIGEST_SIZE)
+DATASET_DIGEST_CHARS = 36
 
 # A row still RUNNING this many hours after it started was left by a killed process:
 # ``python -m rag.report --mark-killed-after-h`` (no value) marks such rows KILLED.
@@ -62,14 +73,68 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def param_value(v: Any) -> str:
+    """One config value as the YAML config (and a Hydra override) spells it: ``true`` /
+    ``false``, ``null``, lists and mappings in flow style (``[dense, bm25]``), numbers and
+    strings as they are."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple, dict)):
+        import yaml
+
+        return yaml.safe_dump(v if not isinstance(v, tuple) else list(v), default_flow_style=True,
+                              width=float("inf"), sort_keys=False).strip()
+    return str(v)
+
+
 def params_from_config(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """Flattened config as MLflow params; a value longer than 500 characters is left to the
-    config artifact (its param says so)."""
+    """Flattened config as MLflow params, spelled by :func:`param_value`; a value longer than
+    500 characters is left to the config artifact (its param says so)."""
     out = {}
     for k, v in flatten(cfg).items():
-        s = "null" if v is None else (json.dumps(v) if isinstance(v, (list, dict)) else str(v))
+        s = param_value(v)
         out[k] = s if len(s) <= PARAM_MAX_CHARS else "<see config.yaml artifact>"
     return out
+
+
+def is_true(value: str | None) -> bool:
+    """A boolean param as logged now (``true``) or by older rows (``True``)."""
+    return str(value).lower() == "true"
+
+
+def golden_input(*, name: str, fingerprint: str, source: str,
+                 profile: Mapping[str, Any] | None = None) -> Any:
+    """The golden set as an MLflow input dataset (``mlflow.entities.DatasetInput``, context
+    ``eval``): shown on the run page and in the runs table's *Dataset* column.
+
+    Args:
+        name: the golden set's name (its directory's name, e.g. ``flask``).
+        fingerprint: the golden fingerprint (sha256 hex); its first
+            :data:`DATASET_DIGEST_CHARS` characters are the digest (MLflow's column width).
+        source: where the labels are (a directory).
+        profile: counts shown with the dataset (positives, negatives, tags).
+    """
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.data.sources import LocalArtifactDatasetSource
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    class GoldenSet(MetaDataset):
+        @property
+        def profile(self) -> Any:
+            return dict(profile) if profile else None
+
+        def to_dict(self) -> dict[str, str]:
+            out = super().to_dict()
+            if profile:
+                out["profile"] = json.dumps(dict(profile))
+            return out
+
+    ds = GoldenSet(LocalArtifactDatasetSource(source), name=name,
+                   digest=fingerprint[:DATASET_DIGEST_CHARS])
+    return DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, "eval")])
 
 
 def git_commit(root: Path) -> str:
@@ -330,6 +395,15 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
                           or f"cannot open the ledger at {uri}: {one_line(exc)}") from exc
 
 
+def log_file(client: Any, run_id: str, name: str, path: Path) -> None:
+    """Log the file ``path`` as the artifact ``name`` of a run (``figures/x.png``: file
+    ``x.png`` in folder ``figures``); the file must already be called ``name``'s last part."""
+    folder, _, base = name.rpartition("/")
+    if base != path.name:
+        raise ValueError(f"artifact {name!r}: the file is called {path.name!r}")
+    with_lock_retry(client.log_artifact, run_id, str(path), folder or None)
+
+
 class Ledger:
     """A handle on one MLflow tracking store, opened (created if need be) when constructed.
 
@@ -391,24 +465,36 @@ class Ledger:
 
     def log_row(self, *, experiment: str, run_name: str | None, params: Mapping[str, str],
                 metrics: Mapping[str, float], tags: Mapping[str, str],
-                artifacts: Mapping[str, str | Path]) -> str:
+                artifacts: Mapping[str, str | Path], start_time_ms: int | None = None,
+                inputs: Iterable[Any] = ()) -> str:
         """Log one finished ledger row and return its run id.
 
-        Metrics that are NaN are skipped (MLflow stores them, but reports cannot compare them).
-        If logging fails part-way the run is marked FAILED, so reports (which read FINISHED
-        runs only) never show a half-written row. ``artifacts`` maps a name to its text, or to
-        a :class:`~pathlib.Path` of a file logged under its own file name.
+        Metrics are logged in :func:`rag.ledger.metric_groups.ordered` order (headline first:
+        the MLflow UI lists a run's metrics in logged order); NaN ones are skipped (MLflow
+        stores them, but reports cannot compare them). If logging fails part-way the run is
+        marked FAILED, so reports (which read FINISHED runs only) never show a half-written
+        row.
+
+        Args:
+            artifacts: name -> its text, or -> a :class:`~pathlib.Path` of a file (e.g. a
+                PNG); a name with ``/`` (``figures/scores.png``) is logged in that folder.
+            start_time_ms: when the evaluation started (ms since the epoch; default now), so
+                the row's duration is the evaluation's; it ends when logging ends.
+            inputs: ``mlflow.entities.DatasetInput`` s (:func:`golden_input`).
         """
         from mlflow.entities import Metric, Param, RunTag
 
+        from rag.ledger.metric_groups import ordered
+
         c = self.client
         exp_id = with_lock_retry(self.experiment_id, experiment)
-        run = with_lock_retry(c.create_run, exp_id, run_name=run_name, tags=dict(tags))
+        run = with_lock_retry(c.create_run, exp_id, run_name=run_name, tags=dict(tags),
+                              start_time=start_time_ms)
         rid = run.info.run_id
         try:
             now = int(time.time() * 1000)
-            ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()
-                  if v is not None and not math.isnan(float(v))]
+            ms = [Metric(k, float(metrics[k]), now, 0) for k in ordered(metrics)
+                  if metrics[k] is not None and not math.isnan(float(metrics[k]))]
             ps = [Param(k, v) for k, v in params.items()]
             # MLflow caps one log_batch at 1000 metrics and 100 params
             with_lock_retry(c.log_batch, rid, tags=[RunTag("rag.ledger", "1")])
@@ -416,9 +502,11 @@ class Ledger:
                 with_lock_retry(c.log_batch, rid, metrics=ms[i:i + 900])
             for i in range(0, len(ps), 90):
                 with_lock_retry(c.log_batch, rid, params=ps[i:i + 90])
+            if inputs:
+                with_lock_retry(c.log_inputs, rid, datasets=list(inputs))
             for name, content in artifacts.items():
                 if isinstance(content, Path):  # a binary file (e.g. a PNG), logged as is
-                    with_lock_retry(c.log_artifact, rid, str(content))
+                    log_file(c, rid, name, content)
                 else:
                     with_lock_retry(c.log_text, rid, content, name)
         except BaseException:
@@ -426,6 +514,37 @@ class Ledger:
             raise
         with_lock_retry(c.set_terminated, rid, status="FINISHED")
         return rid
+
+    def download_run_file(self, run_id: str) -> tuple[str, str]:
+        """``(name, text)`` of a row's TREC run file: :data:`RUN_FILE`, or ``run.trec`` for a
+        row logged before it was renamed.
+
+        Raises:
+            LedgerError: the row has neither (one line naming the row).
+        """
+        for name in RUN_FILE_NAMES:
+            try:
+                return name, self.download_text(run_id, name)
+            except LedgerError:
+                continue
+        raise LedgerError(f"ledger row {run_id[:8]} has no readable run file "
+                          f"({' or '.join(RUN_FILE_NAMES)})")
+
+    def download_bytes(self, run_id: str, name: str) -> bytes | None:
+        """The bytes of one artifact of a run (e.g. a PNG), or None when it has none."""
+        import mlflow.artifacts
+        from urllib.parse import urlparse
+
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        try:
+            root = urlparse(self.client.get_run(run_id).info.artifact_uri or "")
+            if root.scheme in ("", "file"):
+                local = Path(unquote(root.path)) / name
+                return local.read_bytes() if local.is_file() else None
+            return Path(mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=name, tracking_uri=self.uri)).read_bytes()
+        except Exception:  # noqa: BLE001 - absent or unreadable: the caller goes without
+            return None
 
     def experiments(self, prefix: str) -> list[Any]:
         """Experiments whose name starts with ``prefix + '-'``."""

@@ -27,8 +27,12 @@ or whose build fails is skipped with a one-line note (the job itself then fails 
 error, as it would without a prebuild). A sweeper other than Hydra's basic one (whose job list
 is not known in advance) gets one prebuild from the multirun's base config.
 
-For a launcher whose workers run on other machines, ``paths.cache_dir`` must be storage every
-worker sees (a shared file system): the prebuild writes there and the jobs read from there.
+Under ``hydra/launcher=ray`` (:mod:`rag.ledger.ray_launcher`) the jobs are Ray tasks in
+worker processes of a local Ray instance or of a cluster; the launcher pins each job's
+``paths.cache_dir`` to the absolute path resolved here, so that every worker reads this
+prebuild whatever its working directory or environment. For a launcher whose workers run on
+other machines, ``paths.cache_dir`` must be storage every worker sees at that path (a shared
+file system): the prebuild writes there and the jobs read from there.
 """
 
 from __future__ import annotations

@@ -83,7 +83,9 @@ def _cell(row: LedgerRow, kind: str, key: str) -> str:
     if kind == "abstain":
         return abstention_cell(row)
     if kind == "rerank":
-        if row.params.get("rerank.enabled") != "True":
+        from rag.ledger.mlflow_store import is_true
+
+        if not is_true(row.params.get("rerank.enabled")):  # "true" (now) or "True" (older rows)
             return "off"
         return row.params.get(key, "late_interaction")  # rows older than rerank.kind
     return fmt(row.params.get(key) if kind == "param" else row.metrics.get(key), key)
@@ -133,10 +135,22 @@ def render_table(rows: list[LedgerRow]) -> list[str]:
     return lines
 
 
-def render_calibration(row: LedgerRow, which: str = "the newest row") -> list[str]:
+def render_figures(links: dict[str, str] | None) -> list[str]:
+    """Markdown images for figure name -> relative path (:mod:`rag.ledger.figures`); empty
+    when there are none."""
+    from rag.ledger.figures import TITLES
+
+    if not links:
+        return []
+    return ["", *[f"![{TITLES.get(name, name)}]({path})" for name, path in links.items()], ""]
+
+
+def render_calibration(row: LedgerRow, which: str = "the newest row",
+                       figures: dict[str, str] | None = None) -> list[str]:
     """The abstention block of one row: where its thresholds came from, whether the top dense
     cosines of positives and negatives overlap, and per signal its ROC AUC, the threshold the
-    rule chose and the rates it achieves with 95% CIs (rag/eval/abstention.py)."""
+    rule chose and the rates it achieves with 95% CIs (rag/eval/abstention.py); then the
+    row's figures (``figures``: name -> relative path) when given."""
     m = row.metrics
     source = row.tags.get("abstain_thresholds_source", "config")
     origin = row.tags.get("abstain_calibration_from")
@@ -158,7 +172,7 @@ def render_calibration(row: LedgerRow, which: str = "the newest row") -> list[st
         lines.append("")
     signals = sorted({k.split("/")[1] for k in m if k.startswith("abstention/") and k.endswith("/auc")})
     if not signals:
-        return lines + ["(no abstention calibration in this row)"]
+        return lines + ["(no abstention calibration in this row)"] + render_figures(figures)
     target = row.params.get("abstain.target_false_weak", "0.1")
     lines += [f"Rule: the highest abstain_rate on negatives subject to false_weak_rate <= "
               f"{target} (`abstain.target_false_weak`); `learned` is a logistic regression on "
@@ -177,16 +191,19 @@ def render_calibration(row: LedgerRow, which: str = "the newest row") -> list[st
                      f"{'yes' if g('overlap') else 'no'} | " + " | ".join(cells) + " |")
     lines += ["", "Thresholds belong to one model on one corpus: test them elsewhere with "
               "`abstain.calibration=<this run id>`; the histograms and risk–coverage curves are "
-              "the row's `calibration.png` artifact."]
-    return lines
+              "the row's `figures/` artifacts (`calibration.png` in rows logged before)."]
+    return lines + render_figures(figures)
 
 
 def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
     """``+0.012 (p 0.034*)``: delta vs the sweep baseline, Holm-adjusted p, * when < 0.05."""
-    delta = row.metrics.get(f"{metric}_delta")
+    from rag.ledger.metric_groups import baseline_values
+
+    sig = baseline_values(row.metrics)
+    delta = sig.get(f"{metric}_delta")
     if delta is None:
         return "baseline" if row.tags.get("is_baseline") == "true" else "—"
-    p = holm_p.get(f"{metric}_p_holm", row.metrics.get(f"{metric}_p"))
+    p = holm_p.get(f"{metric}_p_holm", sig.get(f"{metric}_p"))
     mark = "*" if p is not None and p < 0.05 else ""
     if p is None:
         return f"{delta:+.3f}"
@@ -195,10 +212,17 @@ def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
 
 
 def render_sweep(name: str, rows: list[LedgerRow],
-                 parents: dict[str, str] | None = None) -> list[str]:
+                 parents: dict[str, str] | None = None,
+                 figures: dict[str, dict[str, str]] | None = None) -> list[str]:
     """One sweep name's section: a table per sweep id (oldest first) with deltas against its
-    baseline and Holm-corrected p-values across the sweep's jobs, then the baseline's
-    calibration block."""
+    baseline and Holm-corrected p-values across the sweep's jobs, the sweep's figures, then
+    the baseline's calibration block.
+
+    Args:
+        figures: sweep id or run id -> figure name -> relative path
+            (:func:`rag.ledger.figures.write_report_figures`); absent ones are not shown.
+    """
+    from rag.ledger.metric_groups import baseline_values
     from rag.ledger.sweep import holm_table
 
     out = [f"## Sweep `{name}`", ""]
@@ -207,7 +231,7 @@ def render_sweep(name: str, rows: list[LedgerRow],
         srows = [r for r in rows if r.tags.get("sweep_id", "") == sid]
         base = next((r for r in srows if r.tags.get("is_baseline") == "true"), None)
         status = (parents or {}).get(sid)
-        holm = holm_table([{"run_id": r.run_id, **r.metrics} for r in srows
+        holm = holm_table([{"run_id": r.run_id, **baseline_values(r.metrics)} for r in srows
                            if r.tags.get("is_baseline") != "true"])
         out += [f"### {sid}", "",
                 f"Baseline: `{srows[0].tags.get('sweep_baseline', '?')}`"
@@ -243,25 +267,57 @@ def render_sweep(name: str, rows: list[LedgerRow],
                        if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
+        out += render_figures((figures or {}).get(sid))
         out += render_power(srows, base)
         out += render_gates(srows, base)
-        out += render_calibration(base or srows[-1], "the baseline" if base else "the newest row")
+        shown = base or srows[-1]
+        out += render_calibration(shown, "the baseline" if base else "the newest row",
+                                  (figures or {}).get(shown.run_id))
         out += [""]
     return out
+
+
+def sweep_table(rows: list[LedgerRow]) -> Any:
+    """One sweep's rows as a pandas DataFrame, one line per row in the given order: run_id,
+    job, is_baseline, start_time (UTC, ISO 8601), the headline metrics
+    (:data:`rag.ledger.metric_groups.HEADLINE`) and, against the baseline, Δ and Holm p of
+    MRR, Recall@8 and answer support (empty where absent) — the parent run's
+    ``sweep_summary.csv``."""
+    import pandas as pd
+
+    from rag.ledger.metric_groups import HEADLINE, baseline_values
+
+    sig_cols = [f"{m}_{s}" for m in ("mrr", "recall_at_8", "answer_support")
+                for s in ("delta", "p_holm")]
+    recs = []
+    for r in rows:
+        sig = baseline_values(r.metrics)
+        recs.append({"run_id": r.run_id, "job": r.tags.get("sweep_job", r.run_name),
+                     "is_baseline": r.tags.get("is_baseline") == "true",
+                     "start_time": dt.datetime.fromtimestamp(r.start_time_ms / 1000,
+                                                             tz=dt.timezone.utc).isoformat(),
+                     **{m: r.metrics.get(m) for m in HEADLINE},
+                     **{c: sig.get(c) for c in sig_cols}})
+    return pd.DataFrame.from_records(recs, columns=["run_id", "job", "is_baseline", "start_time",
+                                                    *HEADLINE, *sig_cols])
 
 
 def render_power(srows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
     """The sweep's statistical power: the minimum detectable effect (paired, α 0.05, power
     0.8) on MRR and Recall@8 of each job against the baseline, and a flag when the largest
     exceeds ``sweep.min_effect`` (default 0.05): the sweep could not have seen such an effect."""
-    jobs = [r for r in srows if "mrr_mde" in r.metrics]
+    from rag.ledger.metric_groups import baseline_values
+
+    sig = {r.run_id: baseline_values(r.metrics) for r in srows}
+    jobs = [r for r in srows if "mrr_mde" in sig[r.run_id]]
     if not jobs:
         return []
-    n = int(jobs[0].metrics.get("paired_queries", 0))
+    n = int(sig[jobs[0].run_id].get("paired_queries", 0))
     min_effect = float((base or jobs[0]).params.get("sweep.min_effect", DEFAULT_MIN_EFFECT))
-    worst = {m: max(r.metrics.get(f"{m}_mde", 0.0) for r in jobs) for m in ("mrr", "recall_at_8")}
-    per_job = "; ".join(f"{r.tags.get('sweep_job', r.run_id[:8])}: MRR {r.metrics['mrr_mde']:.3f}, "
-                        f"Recall@8 {r.metrics.get('recall_at_8_mde', float('nan')):.3f}" for r in jobs)
+    worst = {m: max(sig[r.run_id].get(f"{m}_mde", 0.0) for r in jobs) for m in ("mrr", "recall_at_8")}
+    per_job = "; ".join(f"{r.tags.get('sweep_job', r.run_id[:8])}: MRR {sig[r.run_id]['mrr_mde']:.3f}, "
+                        f"Recall@8 {sig[r.run_id].get('recall_at_8_mde', float('nan')):.3f}"
+                        for r in jobs)
     out = [f"Minimum detectable effect (paired test on {n} positives, α 0.05, power 0.8, from "
            f"each job's per-query differences): {per_job}."]
     if worst["mrr"] > min_effect:
@@ -364,13 +420,15 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
 
 def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None = None,
                   parents: dict[str, str] | None = None,
-                  unfinished: Iterable[LedgerRow] = (), now_ms: int | None = None) -> str:
+                  unfinished: Iterable[LedgerRow] = (), now_ms: int | None = None,
+                  figures: dict[str, dict[str, str]] | None = None) -> str:
     """The whole ledger: per experiment (corpus) the runs outside sweeps, oldest first, then
     one section per sweep. With ``sweep`` only that sweep's section. ``parents`` maps sweep
     id -> the status of its parent run; a sweep whose parent is not FINISHED is flagged.
     ``unfinished`` rows (never FINISHED: see :func:`render_unfinished`) are listed in a
     section of their own, first, with their age at ``now_ms`` (ms since the epoch; default
-    now)."""
+    now). ``figures`` (run id or sweep id -> figure name -> path relative to the report,
+    :func:`rag.ledger.figures.write_report_figures`) are embedded as images."""
     import time
 
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
@@ -398,9 +456,9 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
             out += ["## Single runs", ""]
             out += render_table(single)
             out += [""]
-            out += render_calibration(single[-1])
+            out += render_calibration(single[-1], figures=(figures or {}).get(single[-1].run_id))
             out += [""]
         for name in dict.fromkeys(r.tags["sweep_name"] for r in exp_rows if r.tags.get("sweep_name")):
             out += render_sweep(name, [r for r in exp_rows if r.tags.get("sweep_name") == name],
-                                parents)
+                                parents, figures)
     return "\n".join(out)

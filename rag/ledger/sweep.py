@@ -117,16 +117,19 @@ def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 
 
 def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[str, Any]:
     """Paired tests of every finished job of ``sweep_id`` against its baseline row, logged on
-    the job rows: ``{m}_delta``, ``{m}_p``, ``{m}_ci_low``, ``{m}_ci_high``, ``{m}_mde``,
-    ``paired_queries`` and ``{m}_p_holm`` (Holm across the sweep's jobs), tag
-    ``baseline_run_id`` — or tag ``significance_skipped`` with the reason (no finished baseline
-    row, another golden set, an unreadable per-query table).
+    the job rows in the ``vs_baseline`` group (:mod:`rag.ledger.metric_groups`):
+    ``vs_baseline/{m}_delta``, ``_p``, ``_ci_low``, ``_ci_high``, ``_mde``, ``_p_holm`` (Holm
+    across the sweep's jobs) and ``vs_baseline/paired_queries``, tag ``baseline_run_id`` — or
+    tag ``significance_skipped`` with the reason (no finished baseline row, another golden
+    set, an unreadable per-query table).
 
     Returns:
         ``{"jobs": [{run_id, job, ...metrics}], "holm": run_id -> {m_p_holm}, "skipped":
         {run_id: reason}}`` (JSON-ready), for the sweep's parent run.
     """
     from mlflow.entities import Metric, RunTag
+
+    from rag.ledger.metric_groups import baseline_name, ordered
 
     runs = ledger.rows([experiment_id], where=f"tags.sweep_id = '{sweep_id}'")
     baselines = {r.data.tags.get("sweep_job"): r for r in runs if r.data.tags.get("is_baseline") == "true"}
@@ -160,7 +163,9 @@ def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[s
     for j in jobs:
         values = {k: v for k, v in j.items() if isinstance(v, float) and v == v}  # NaN: not logged
         values.update(table.get(j["run_id"], {}))
-        ledger.client.log_batch(j["run_id"], metrics=[Metric(k, float(v), now, 0) for k, v in values.items()],
+        values = {baseline_name(k): v for k, v in values.items()}
+        ledger.client.log_batch(j["run_id"], metrics=[Metric(k, float(values[k]), now, 0)
+                                                      for k in ordered(values)],
                                 tags=[RunTag("baseline_run_id", j["baseline_run_id"])])
     for run_id, why in skipped.items():
         ledger.client.set_tag(run_id, "significance_skipped", why)
@@ -259,14 +264,15 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
         ``[{"config": label, "corpora": {experiment: {metric: value, ...}}, "macro":
         {metric: mean}, "corpora_with_rows": "k/n"}]`` in first-seen order.
     """
+    from rag.ledger.metric_groups import baseline_values
+
     groups: dict[str, dict[str, dict[str, float]]] = {}
     for r in rows:
         label = " ".join(p for p in r.tags.get("sweep_job", "").split()
                          if not p.lstrip("+~").startswith("corpus=")) or "(defaults)"
         vals = {m: float(r.metrics[m]) for m in metrics if m in r.metrics}
-        for k in ("mrr_delta", "mrr_p_holm", "mrr_p"):
-            if k in r.metrics:
-                vals[k] = float(r.metrics[k])
+        vals.update({k: float(v) for k, v in baseline_values(r.metrics).items()
+                     if k in ("mrr_delta", "mrr_p_holm", "mrr_p")})
         groups.setdefault(label, {})[r.experiment] = vals
     every = list(dict.fromkeys(r.experiment for r in rows))  # the suite's corpora
     out = []
@@ -279,6 +285,54 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
         out.append({"config": label, "corpora": corpora, "macro": macro,
                     "corpora_with_rows": f"{len(corpora)}/{len(every)}"})
     return out
+
+
+SUMMARY_MD = "sweep_summary.md"
+SUMMARY_CSV = "sweep_summary.csv"
+
+
+def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]:
+    """Log on a sweep's parent run its summary table — :data:`SUMMARY_MD` (the report's
+    section for this sweep id, figures linked) and :data:`SUMMARY_CSV`
+    (:func:`rag.ledger.report.sweep_table`, one line per row) — and its figures
+    (:func:`rag.ledger.figures.sweep_figures`: ``figures/pareto.png``, ...). Returns the
+    artifact names logged.
+
+    Args:
+        rows: the sweep id's finished rows (:class:`rag.ledger.report.LedgerRow`), read after
+            :func:`sweep_significance` so that they carry their deltas.
+    """
+    import shutil
+    import tempfile
+
+    from rag.ledger.figures import per_query_frame_any, save_png, sweep_figures
+    from rag.ledger.mlflow_store import LedgerError, log_file
+    from rag.ledger.report import render_sweep, sweep_table
+
+    if not rows:
+        return []
+    tables = {}
+    for r in rows:
+        try:
+            tables[r.run_id] = per_query_frame_any(ledger.download_text(r.run_id, "per_query.csv"))
+        except LedgerError:
+            continue
+    tmp = Path(tempfile.mkdtemp(prefix="rag-sweep-"))
+    logged = []
+    try:
+        for name, fig in sweep_figures(rows, tables).items():
+            log_file(ledger.client, parent_id, name, save_png(fig, tmp / Path(name).name))
+            logged.append(name)
+        sid = rows[0].tags.get("sweep_id", "")
+        links = {sid: {n: n for n in logged}}
+        md = "\n".join(render_sweep(rows[0].tags.get("sweep_name", "?"), rows, None,
+                                    figures=links)) + "\n"
+        ledger.client.log_text(parent_id, md, SUMMARY_MD)
+        ledger.client.log_text(parent_id, sweep_table(rows).to_csv(index=False), SUMMARY_CSV)
+        logged += [SUMMARY_MD, SUMMARY_CSV]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return logged
 
 
 class SweepCallback(Callback):  # type: ignore[misc]
@@ -423,6 +477,12 @@ class SweepCallback(Callback):  # type: ignore[misc]
                 print(f"  {run_id[:8]}: significance skipped: {why}")
             ledger.client.log_text(parents[corpus], json.dumps(summary, indent=2) + "\n",
                                    "sweep_significance.json")
+            try:  # the summary table and the sweep's figures, on the parent run
+                log_sweep_summary(ledger, parents[corpus], [
+                    LedgerRow.from_mlflow(r, f"{t.experiment_prefix}-{corpus}") for r in rows])
+            except Exception as exc:  # noqa: BLE001 - the rows and significance are logged
+                print(f"warning: sweep {sweep_id}: summary table or figures not logged "
+                      f"({type(exc).__name__}: {exc})", file=sys.stderr)
             ledger.client.set_tag(parents[corpus], "sweep_rows", str(len(rows)))
         if config.suite.name:
             table = suite_summary(suite_rows)

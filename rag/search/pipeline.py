@@ -102,6 +102,12 @@ class SearchResult:
         dropped: number of hits removed by the ``min_dense`` floor.
         weak_match: the top dense cosine fell in the weak band.
         timings_ms: wall time per stage (see :data:`STAGES`) and ``total``.
+        channel_candidates: channel name -> the chunks (as ``candidates``) it handed on:
+            its top ``candidates`` matches on a hybrid route, its ranking pool on a
+            single-channel route, best first; None when the retriever does not report its
+            channels (per-stage failure attribution, rag/eval/attribution.py).
+        first_stage_top: the first stage's top ``top_k`` chunks (fused on a hybrid route)
+            before any reranking; None when not reported.
     """
 
     hits: list[Hit]
@@ -125,6 +131,10 @@ class SearchResult:
     # why the retriever could not answer at all: "missing" (not in a run file) or "failed"
     # (an endpoint's timeout or error); the query scores 0 and is counted by the evaluator
     unanswered: str | None = None
+    # per channel, the chunks it handed on; the first stage's top_k before reranking (None:
+    # not reported, e.g. by a run file or a service; rag/eval/attribution.py)
+    channel_candidates: dict[str, list[tuple[str, str | None, int, int, str]]] | None = None
+    first_stage_top: list[tuple[str, str | None, int, int, str]] | None = None
 
 
 class SearchPipeline:
@@ -208,7 +218,7 @@ class SearchPipeline:
                     hits=[], ranked=[], route=eff, top_dense=None, dropped=0, weak_match=False,
                     timings_ms={k: v * 1000.0 for k, v in t.items()},
                     reason=f"no indexed chunk has type(s) {sorted(o.types)}; the filter is never "
-                           "dropped silently")
+                           "dropped silently", channel_candidates={}, first_stage_top=[])
 
         names = list(o.fuse) if eff == "hybrid" else [eff]
         channel_scores: dict[str, np.ndarray] = {}  # every channel that ran: all chunks
@@ -249,8 +259,14 @@ class SearchPipeline:
         else:
             order = ranks[eff]
 
-        candidates = [(c.path, c.symbol, c.start_line, c.end_line, c.id)
-                      for c in (self.index.chunks[i] for i, _ in order[:o.rerank_candidates])]
+        def chunk_rows(pairs) -> list[tuple[str, str | None, int, int, str]]:
+            return [(c.path, c.symbol, c.start_line, c.end_line, c.id)
+                    for c in (self.index.chunks[i] for i, _ in pairs)]
+
+        candidates = chunk_rows(order[:o.rerank_candidates])
+        # what each stage handed on, for per-stage failure attribution
+        channel_candidates = {n: chunk_rows(ranks[n]) for n in names}
+        first_stage_top = chunk_rows(order[:o.top_k])
         rerank_scores: dict[int, float] | None = None
         top_rerank = None
         if self.reranker is not None and order:
@@ -323,7 +339,9 @@ class SearchPipeline:
         return SearchResult(hits=hits, ranked=ranked, route=eff, top_dense=top_dense,
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings,
                             top_rerank=top_rerank, candidates=candidates, signals=signals,
-                            gate_score=gate_score, reason=reason)
+                            gate_score=gate_score, reason=reason,
+                            channel_candidates=channel_candidates,
+                            first_stage_top=first_stage_top)
 
     def _hit(self, i: int, score: float, channel_scores: dict[str, np.ndarray],
              no_match: dict[str, float | None], rrf_scores, rerank_scores=None) -> Hit:

@@ -27,23 +27,46 @@ Service defaults come from the composed config, and the seed's environment flags
 same keys as the Hydra overrides (:data:`ENV_FLAGS`). One JSON log line per request records
 query *length*, flags, retrieved path/category/score and per-stage latency — never the query
 text, a hash of it, chunk text or embeddings.
+
+**Log lines** (:func:`log_event`) are JSON objects with ``ts`` (UTC, ISO 8601, milliseconds),
+``level``, ``event`` and — for a request — ``request_id``: the client's ``X-Request-ID`` when it
+is a plain token (:data:`REQUEST_ID`), else a new one; every response echoes it in
+``X-Request-ID``. Refused requests (413, 422, 4xx of the search) are logged like answered ones.
+
+**Correlation ids** (optional, :class:`CorrelationKeys`): with a key (``--log-key-file FILE`` /
+``RAG_LOG_HMAC_KEY_FILE``, or ``RAG_LOG_HMAC_KEY``; at least :data:`MIN_KEY_BYTES` bytes) a
+search's line carries ``correlation_id`` = HMAC-SHA256(key, the stripped query) (RFC 2104),
+hex, first 32 digits, and ``key_id`` (8 hex digits of HMAC-SHA256(key, "rag key id")), so
+repeated questions can be grouped without logging them. Never a plain hash: common questions
+could be hashed offline and matched (the seed's observability review). The key file is re-read
+when it changes, so a key is rotated by replacing the file, without a restart; the ``key_id``
+of each line says which key made it. The key itself is never logged.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
 import re
 import sys
+import threading
 import time
 import traceback
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from omegaconf import OmegaConf
 from rag.config import SearchMode
 from rag.corpus.walk import CATEGORIES
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+# the handlers' request type, at module level: FastAPI resolves their (string) annotations here
+from starlette.requests import Request
 
 MAX_QUERY_CHARS = 2000
 MAX_CORPUS_CHARS = 200
@@ -57,6 +80,10 @@ DRAIN_MAX_BYTES = 32 * 1024 * 1024
 # FastAPI's 400 detail when reading the body raised something other than a JSON syntax error
 _UNPARSABLE_BODY = "There was an error parsing the body"
 log = logging.getLogger("rag.serve")
+# an X-Request-ID echoed as it came: a plain token; anything else is replaced by a new id
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# the shortest correlation key accepted (bytes): 256 bits, as HMAC-SHA256's block of output
+MIN_KEY_BYTES = 32
 
 # environment flag -> config key (the same keys as Hydra overrides and request fields)
 ENV_FLAGS = {
@@ -223,6 +250,17 @@ def _where(exc: BaseException) -> list[str]:
     return [f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]
 
 
+def _with_request_id(send, request_id: str):
+    """ASGI ``send`` that adds ``X-Request-ID: request_id`` to the response's headers."""
+    async def wrapped(message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [h for h in message.get("headers", []) if h[0].lower() != b"x-request-id"]
+            message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode())]}
+        await send(message)
+
+    return wrapped
+
+
 async def _send_json(send, status: int, body: dict, *, close: bool = False) -> None:
     """Send a complete JSON response over ASGI ``send``."""
     payload = json.dumps(body).encode("utf-8")
@@ -246,6 +284,125 @@ async def _drain(receive, budget: int) -> None:
             return
 
 
+def log_event(level: int, event: dict, *, request_id: str | None = None,
+              clock: Callable[[], float] = time.time) -> None:
+    """Write one JSON log line to the ``rag.serve`` logger: ``ts`` (UTC ISO 8601 of ``clock()``,
+    epoch seconds), ``level`` (``info``, ``warning``, ``error``), ``request_id`` when given, then
+    ``event``'s fields (which must hold no query text or secret)."""
+    line = {"ts": datetime.fromtimestamp(clock(), timezone.utc).isoformat(timespec="milliseconds"),
+            "level": logging.getLevelName(level).lower()}
+    if request_id is not None:
+        line["request_id"] = request_id
+    log.log(level, json.dumps({**line, **event}))
+
+
+def request_id_of(headers: dict[bytes, bytes]) -> str:
+    """The request's id: its ``X-Request-ID`` header when that is a plain token
+    (:data:`REQUEST_ID`), else a new random one (32 hex digits) — a header value that is not a
+    token is never echoed or logged."""
+    raw = headers.get(b"x-request-id", b"")
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        text = ""
+    return text if REQUEST_ID.fullmatch(text) else uuid.uuid4().hex
+
+
+class CorrelationKeys:
+    """The HMAC key of log correlation ids, from a file (re-read when it changes: rotation
+    without a restart) or fixed bytes.
+
+    Args:
+        path: a file whose content (surrounding whitespace stripped) is the key.
+        key: the key itself (e.g. ``RAG_LOG_HMAC_KEY``); ``path`` wins when both are given.
+
+    Raises:
+        ValueError: the key (as first read) is shorter than :data:`MIN_KEY_BYTES` bytes or the
+            file cannot be read (the message names the file or the variable, never the key).
+    """
+
+    def __init__(self, *, path: str | os.PathLike | None = None, key: bytes | None = None,
+                 source: str = "RAG_LOG_HMAC_KEY") -> None:
+        self.path = Path(path) if path is not None else None
+        self._source = str(self.path) if self.path is not None else source
+        self._lock = threading.Lock()
+        self._stamp: tuple | None = None
+        self._key = self._checked(key) if self.path is None else None
+        self._problem: str | None = None
+        if self.path is not None:
+            self._reload()
+            if self._key is None:
+                raise ValueError(self._problem or f"{self._source}: no key")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, *,
+                 path: str | None = None) -> "CorrelationKeys | None":
+        """The keys ``rag serve`` uses: ``path`` (``--log-key-file``), else the file named by
+        ``RAG_LOG_HMAC_KEY_FILE``, else the bytes of ``RAG_LOG_HMAC_KEY``; None when none is set
+        (no correlation ids).
+
+        Raises:
+            ValueError: see the class.
+        """
+        environ = os.environ if environ is None else environ
+        path = path or environ.get("RAG_LOG_HMAC_KEY_FILE") or None
+        if path:
+            return cls(path=path)
+        if environ.get("RAG_LOG_HMAC_KEY"):
+            return cls(key=environ["RAG_LOG_HMAC_KEY"].strip().encode("utf-8"))
+        return None
+
+    def _checked(self, key: bytes | None) -> bytes:
+        if not key or len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"{self._source}: the log correlation key must be at least "
+                             f"{MIN_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`)")
+        return key
+
+    def _reload(self) -> None:
+        """Re-read the key file when its inode, size or mtime changed; on a failure keep no
+        key (no correlation id is better than a wrong or weak one)."""
+        assert self.path is not None
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp == self._stamp:
+                return
+            key = self._checked(self.path.read_bytes().strip())
+        except (OSError, ValueError) as exc:
+            problem = str(exc) if isinstance(exc, ValueError) else \
+                f"{self._source}: cannot read the log correlation key ({type(exc).__name__})"
+            if problem != self._problem:
+                log_event(logging.ERROR, {"event": "correlation_key_unusable", "problem": problem})
+            self._key, self._stamp, self._problem = None, None, problem
+            return
+        self._key, self._stamp, self._problem = key, stamp, None
+
+    @staticmethod
+    def key_id(key: bytes) -> str:
+        """8 hex digits naming a key in logs: HMAC-SHA256(key, "rag key id"), not the key."""
+        return hmac.new(key, b"rag key id", hashlib.sha256).hexdigest()[:8]
+
+    def _current(self) -> bytes | None:
+        with self._lock:
+            if self.path is not None:
+                self._reload()
+            return self._key
+
+    def current_key_id(self) -> str | None:
+        """The :meth:`key_id` of the key in use now (None while the key file is unusable)."""
+        key = self._current()
+        return None if key is None else self.key_id(key)
+
+    def correlate(self, text: str) -> dict[str, str]:
+        """``{"correlation_id": ..., "key_id": ...}`` for ``text`` (stripped, UTF-8):
+        HMAC-SHA256 hex, first 32 digits; ``{}`` while the key file is unusable."""
+        key = self._current()
+        if key is None:
+            return {}
+        digest = hmac.new(key, text.strip().encode("utf-8"), hashlib.sha256).hexdigest()
+        return {"correlation_id": digest[:32], "key_id": self.key_id(key)}
+
+
 class RequestGuard:
     """ASGI middleware around the app (inside Starlette's server-error layer, so nothing it
     stops reaches uvicorn's or Starlette's traceback logging).
@@ -258,15 +415,18 @@ class RequestGuard:
     * Any exception escaping the app becomes a 500 ``{"detail": "internal error"}`` and one log
       line with the exception's type and code location (:func:`_where`) — its message, args
       and locals may hold the query and are never logged.
+    * Every request gets an id (:func:`request_id_of`), kept in ``scope["state"]["request_id"]``
+      for the handlers' log lines and sent back in the ``X-Request-ID`` response header.
     """
 
     def __init__(self, app, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
-    async def _too_large(self, send, seen: int | None) -> None:
-        log.info(json.dumps({"event": "rejected", "status": 413, "type": "body_too_large",
-                             "limit_bytes": self.max_body_bytes, "body_bytes": seen}))
+    async def _too_large(self, send, seen: int | None, request_id: str) -> None:
+        log_event(logging.INFO, {"event": "rejected", "status": 413, "type": "body_too_large",
+                                 "limit_bytes": self.max_body_bytes, "body_bytes": seen},
+                  request_id=request_id)
         await _send_json(send, 413, {"detail": [{
             "loc": ["body"], "type": "body_too_large",
             "msg": f"request body is over the limit of {self.max_body_bytes} bytes"}]}, close=True)
@@ -276,6 +436,9 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        request_id = request_id_of(headers)
+        scope.setdefault("state", {})["request_id"] = request_id
+        send = _with_request_id(send, request_id)
         try:
             declared = int(headers[b"content-length"]) if b"content-length" in headers else None
         except ValueError:
@@ -286,7 +449,7 @@ class RequestGuard:
             expects = b"100-continue" in headers.get(b"expect", b"").lower()
             if declared <= DRAIN_MAX_BYTES and not expects:
                 await _drain(receive, DRAIN_MAX_BYTES)
-            await self._too_large(send, declared)
+            await self._too_large(send, declared, request_id)
             return
         chunks: list[bytes] = []
         total = 0
@@ -300,7 +463,7 @@ class RequestGuard:
             if total > limit:
                 if more:
                     await _drain(receive, DRAIN_MAX_BYTES - total)
-                await self._too_large(send, None)
+                await self._too_large(send, None, request_id)
                 return
             chunks.append(chunk)
             if not more:
@@ -327,15 +490,18 @@ class RequestGuard:
             await self.app(scope, replay, tracked_send)
         except Exception as exc:  # noqa: BLE001 — the one place a bug becomes a 500
             route = scope.get("path") if scope.get("path") in ("/search", "/health") else "<other>"
-            log.error(json.dumps({"event": "error", "status": 500, "route": route,
-                                  "error": type(exc).__name__, "where": _where(exc)}))
+            log_event(logging.ERROR, {"event": "error", "status": 500, "route": route,
+                                      "error": type(exc).__name__, "where": _where(exc)},
+                      request_id=request_id)
             if not started:
                 await _send_json(send, 500, {"detail": "internal error"})
 
 
 def create_app(cfg, index, manifest: dict | None = None, *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None,
-               batch_wait_ms: float | None = None, max_batch: int | None = None):
+               batch_wait_ms: float | None = None, max_batch: int | None = None,
+               correlation: CorrelationKeys | None = None,
+               clock: Callable[[], float] = time.time):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
 
     ``options`` / ``gate``: the default search options and learned abstention gate
@@ -351,6 +517,12 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     (:class:`rag.search.batching.DenseBatcher`; defaults 5 ms, 16; ``max_batch=1``: off). The
     app's batcher is ``app.state.batcher`` (None when off, or the index has no dense channel
     or an approximate one: ``dense.index=hnsw|ivf``).
+
+    Each hit carries ``url`` (rag/trace_links.py: the manifest's recorded commit and
+    ``corpus.url_template`` or the recorded template; a gh export document's own URL); the
+    answer's ``index`` says whether the build is ``stale`` (older than ``index.max_age_h``
+    by ``clock``, epoch seconds; a warning is logged). ``correlation``: HMAC keys for the
+    search lines' ``correlation_id`` (:class:`CorrelationKeys`; None: no correlation id).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.exception_handlers import http_exception_handler
@@ -358,12 +530,14 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from rag.index.versioned import age_hours
     from rag.search.batching import (DEFAULT_BATCH_WAIT_MS, DEFAULT_MAX_BATCH, DenseBatcher,
                                      dense_needed)
     from rag.search.pipeline import SearchOptions, SearchPipeline
+    from rag.search_cli import hit_dicts, index_info as build_info, link_source
+    from rag.trace_links import hit_url
 
     manifest = manifest or {}
+    source = link_source(cfg, manifest)
     refused = manifest.get("refused")
     defaults = options if options is not None else SearchOptions.from_config(cfg)
     # FastAPI's own telemetry log records would carry exception messages: off
@@ -385,8 +559,9 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     async def invalid_request(request, exc: RequestValidationError):
         """422 naming each bad field and the problem type, never echoing the value."""
         errors = list(exc.errors())
-        log.info(json.dumps({"event": "rejected", "status": 422,
-                             "errors": public_errors(errors, for_log=True)}))
+        log_event(logging.INFO, {"event": "rejected", "status": 422,
+                                 "errors": public_errors(errors, for_log=True)},
+                  request_id=_rid(request))
         return JSONResponse({"detail": public_errors(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
@@ -397,8 +572,9 @@ def create_app(cfg, index, manifest: dict | None = None, *,
         if exc.status_code == 400 and exc.detail == _UNPARSABLE_BODY:
             errors = [{"loc": ["body"], "type": "json_invalid",
                        "msg": "the body is not JSON text in UTF-8 (or is nested too deeply)"}]
-            log.info(json.dumps({"event": "rejected", "status": 422,
-                                 "errors": public_errors(errors, for_log=True)}))
+            log_event(logging.INFO, {"event": "rejected", "status": 422,
+                                     "errors": public_errors(errors, for_log=True)},
+                      request_id=_rid(request))
             return JSONResponse({"detail": errors}, status_code=422)
         return await http_exception_handler(request, exc)
 
@@ -426,16 +602,14 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 raise ValueError(str(exc)) from None
         return rerankers[0]
 
-    def index_info() -> dict:
-        if "built_at" not in manifest:
-            return {"version": None, "built_at": None, "age_s": None, "stale": None}
-        age = age_hours(manifest)
-        stale = age > cfg.index.max_age_h
-        if stale:
-            log.warning(json.dumps({"event": "stale_index", "version": manifest["build_id"],
-                                    "age_h": round(age, 2), "max_age_h": cfg.index.max_age_h}))
-        return {"version": manifest["build_id"], "built_at": manifest["built_at"],
-                "age_s": round(age * 3600, 1), "stale": stale}
+    def index_info(request_id: str | None = None) -> dict:
+        info = build_info(manifest, max_age_h=cfg.index.max_age_h, now=clock())
+        if info["stale"]:
+            log_event(logging.WARNING, {"event": "stale_index", "version": info["version"],
+                                        "age_h": round(info["age_s"] / 3600, 2),
+                                        "max_age_h": cfg.index.max_age_h},
+                      request_id=request_id, clock=clock)
+        return info
 
     @app.get("/health")
     def health() -> dict:
@@ -446,15 +620,17 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 "corpus_fingerprint": index.corpus_fingerprint, "index": index_info()}
 
     @app.post("/search")
-    def search(req: SearchRequest) -> dict:
+    def search(req: SearchRequest, request: Request) -> dict:
         if batcher is None:
-            return _search(req)
+            return _search(req, _rid(request))
         with batcher.request():
-            return _search(req)
+            return _search(req, _rid(request))
 
-    def _search(req: SearchRequest) -> dict:
+    def _search(req: SearchRequest, request_id: str | None) -> dict:
         t0 = time.perf_counter()
         entry: dict = {"event": "search", "query_chars": len(req.query)}
+        if correlation is not None:  # HMAC of the query with a secret key, never the query
+            entry.update(correlation.correlate(req.query))
         try:
             if refused:
                 raise HTTPException(status_code=409, detail=refused)
@@ -499,7 +675,7 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                          hits=[{"path": h.path, "category": h.category, "score": round(h.score, 4)}
                                for h in res.hits],
                          stage_ms={k: round(v, 3) for k, v in res.timings_ms.items()})
-            hits = [{k: v for k, v in h.as_dict().items() if k != "score"} for h in res.hits]
+            hits = hit_dicts(res.hits, source)
             if req.with_text:
                 for h, out in zip(res.hits, hits):
                     out["text"] = chunk_text(h.chunk_id)
@@ -507,9 +683,10 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                     "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
                     "reason": res.reason, "timings_ms": res.timings_ms,
                     "index": {"corpus": cfg.corpus.name, "chunks": len(index.chunks),
-                              "corpus_fingerprint": index.corpus_fingerprint, **index_info()}}
+                              "corpus_fingerprint": index.corpus_fingerprint,
+                              **index_info(request_id)}}
             if req.depth is not None:
-                body["ranked"] = [h.as_dict() for h in res.ranked]
+                body["ranked"] = [{**h.as_dict(), "url": hit_url(h, source)} for h in res.ranked]
             if req.signals:
                 body.update(signals=res.signals, top_dense=res.top_dense,
                             top_rerank=res.top_rerank, gate_score=res.gate_score,
@@ -524,42 +701,54 @@ def create_app(cfg, index, manifest: dict | None = None, *,
             raise
         finally:
             entry["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-            log.info(json.dumps(entry))
+            log_event(logging.INFO, entry, request_id=request_id, clock=clock)
 
     return app
 
 
+def _rid(request) -> str | None:
+    """The request id :class:`RequestGuard` gave ``request`` (None outside the guard)."""
+    return getattr(request.state, "request_id", None)
+
+
 def serve(host: str, port: int, overrides: list[str], *,
           body_limit: int | str | None = None, batch_wait_ms: float | str | None = None,
-          max_batch: int | str | None = None) -> int:
+          max_batch: int | str | None = None, log_key_file: str | None = None) -> int:
     """Load the index once and serve it with uvicorn (127.0.0.1 by default).
 
     ``body_limit`` is ``--max-body-bytes``; without it ``RAG_MAX_BODY_BYTES`` or 64 KiB applies
     (:func:`resolve_max_body_bytes`). ``batch_wait_ms`` / ``max_batch`` are
     ``--batch-wait-ms`` / ``--max-batch`` (else ``RAG_BATCH_WAIT_MS`` / ``RAG_MAX_BATCH``, else
-    5 ms / 16: :func:`resolve_batching`). Returns 2 with one ``error:`` line if a value is
+    5 ms / 16: :func:`resolve_batching`). ``log_key_file`` is ``--log-key-file`` (else
+    ``RAG_LOG_HMAC_KEY_FILE`` / ``RAG_LOG_HMAC_KEY``: :meth:`CorrelationKeys.from_env`).
+    Returns 2 (:attr:`rag.exit_codes.ExitCode.ERROR`) with one ``error:`` line if a value is
     invalid.
     """
     import uvicorn
 
+    from rag.exit_codes import ExitCode
     from rag.search_cli import _load
 
     try:
         limit = resolve_max_body_bytes(body_limit)
         wait_ms, batch = resolve_batching(batch_wait_ms, max_batch)
+        correlation = CorrelationKeys.from_env(path=log_key_file)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(ExitCode.ERROR)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg, index, manifest = _load(env_overrides() + overrides, strict=False)
     if manifest.get("refused"):
-        log.error(json.dumps({"event": "index_refused", "reason": manifest["refused"]}))
+        log_event(logging.ERROR, {"event": "index_refused", "reason": manifest["refused"]})
     from rag.search_cli import search_abstention
 
     options, gate = search_abstention(cfg, index) if index is not None else (None, None)
     app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate,
-                     batch_wait_ms=wait_ms, max_batch=batch)
+                     batch_wait_ms=wait_ms, max_batch=batch, correlation=correlation)
+    log_event(logging.INFO, {"event": "start", "host": host, "port": port,
+                             "index": manifest.get("build_id"),
+                             "key_id": correlation.current_key_id() if correlation else None})
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
-    return 0
+    return int(ExitCode.OK)
