@@ -117,11 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_completion.add_argument("shell", choices=SHELLS)
     from rag.gate import add_parser as add_gate_parser
     from rag.golden_cli import add_parser as add_golden_parser
+    from rag.ledger_cli import add_parser as add_ledger_parser
     from rag.reranker_cli import add_parser as add_reranker_parser
 
     add_reranker_parser(sub)
     add_golden_parser(sub)
     add_gate_parser(sub)
+    add_ledger_parser(sub)
     return parser
 
 
@@ -145,6 +147,12 @@ def _main(argv: list[str] | None = None) -> int:
         from rag.golden_cli import run as golden_run
 
         return golden_run(args)
+    if args.command == "ledger":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rag.ledger_cli import run as ledger_run
+
+        return ledger_run(args)
     if args.command == "reranker":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

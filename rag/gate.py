@@ -393,6 +393,10 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
             where = base.label if name not in base.metrics else cand.label
             raise GateError(f"cannot compare: {where} has no metric {name!r} (and no "
                             "per-query values for it)")
+        else:  # a per-tag check one side cannot give (e.g. an expectation pins no tags)
+            where = base.label if name not in base.metrics else cand.label
+            notes.append(f"{name}: not gated ({where} has neither per-query values nor the "
+                         "metric)")
     return checks, notes
 
 
@@ -695,14 +699,25 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
                        alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags)
 
 
+# the keys a fresh run's command line gets from the gate itself (where and under which name
+# it logs); a baseline's own values say where *it* was logged, not its condition
+FRESH_OWN_KEYS = ("tracking.uri", "tracking.run_name", "tracking.enabled")
+
+
+def _override_key(o: str) -> str:
+    return o.lstrip("+~").split("=", 1)[0]
+
+
 def merge_overrides(base: Sequence[str], extra: Sequence[str]) -> list[str]:
     """The baseline's overrides with ``extra`` applied: an extra override of a key the
-    baseline sets replaces it (Hydra refuses a key given twice), others are appended.
-    ``merge_overrides(["search.mode=bm25", "x=1"], ["search.mode=dense"])`` is
-    ``["x=1", "search.mode=dense"]``."""
-    key = lambda o: o.lstrip("+~").split("=", 1)[0]  # noqa: E731
-    mine = {key(o) for o in extra}
-    return [o for o in base if key(o) not in mine] + list(extra)
+    baseline sets replaces it (Hydra refuses a key given twice), others are appended; the
+    baseline's :data:`FRESH_OWN_KEYS` (where it was logged: a row run with
+    ``tracking.uri=...`` records it) are dropped, the fresh run's are the gate's.
+    ``merge_overrides(["search.mode=bm25", "x=1", "tracking.uri=sqlite:///a.db"],
+    ["search.mode=dense"])`` is ``["x=1", "search.mode=dense"]``."""
+    mine = {_override_key(o) for o in extra}
+    return [o for o in base if _override_key(o) not in mine
+            and _override_key(o) not in FRESH_OWN_KEYS] + list(extra)
 
 
 def run_fresh(overrides: Sequence[str], *, tracking_uri: str) -> str:
@@ -714,8 +729,7 @@ def run_fresh(overrides: Sequence[str], *, tracking_uri: str) -> str:
     """
     import subprocess
 
-    own = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in
-           ("tracking.uri", "tracking.run_name", "tracking.enabled")]
+    own = [o for o in overrides if _override_key(o) in FRESH_OWN_KEYS]
     if own:
         raise GateError(f"--fresh sets {', '.join(own)} itself (use --tracking-uri)")
     name = f"gate-{uuid.uuid4().hex[:12]}"
@@ -780,6 +794,9 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
             if not_kv:
                 raise GateError(f"with --fresh, every argument after the baseline is a "
                                 f"KEY=VALUE override, not {not_kv[0]!r}")
+            own = [t for t in extra if _override_key(t) in FRESH_OWN_KEYS]
+            if own:
+                raise GateError(f"--fresh sets {', '.join(own)} itself (use --tracking-uri)")
         elif len(extra) != 1:
             raise GateError("give one candidate row (or --fresh)" if not extra else
                             f"one candidate row expected, got {len(extra)}: {' '.join(extra)}")

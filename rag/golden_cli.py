@@ -53,9 +53,11 @@ def add_parser(sub) -> None:
         "expected",
         help="write a golden set's expected.yaml from a ledger row (Anserini-style regression)",
         description=("Write the ranking and returned metrics of one ledger row, with a "
-                     "tolerance, as expected.yaml beside the golden set it was measured on, and "
-                     "the row's calibration.json next to it (apply it elsewhere with "
-                     "abstain.calibration=PATH). "
+                     "tolerance, as expected.yaml beside the golden set it was measured on, "
+                     "the row's per-query values pinned beside it (expected_per_query.csv, "
+                     "with its SHA-256 in expected.yaml: what lets `rag gate` run its paired "
+                     "test against the expectation) and the row's calibration.json (apply it "
+                     "elsewhere with abstain.calibration=PATH). "
                      "The Flask integration test checks the default row against "
                      "golden/flask/expected.yaml."))
     ex.add_argument("--run", required=True, metavar="RUN_ID", help="the ledger row (id or unique prefix)")
@@ -127,11 +129,13 @@ def power_table(per_query, *, effect: float, correlation: float,
 
 
 def expected_command(args: argparse.Namespace) -> int:
-    """``rag golden expected``: write expected.yaml from one row."""
+    """``rag golden expected``: write expected.yaml, its pinned per-query table (what lets
+    ``rag gate`` run a paired test against it) and calibration.json from one row
+    (:func:`rag.eval.expected.write_expected_from_row`)."""
     from pathlib import Path
 
     from rag.config import default_tracking_uri
-    from rag.eval.expected import DEFAULT_TOLERANCE, EXPECTED_FILE, ExpectedError, render_expected
+    from rag.eval.expected import DEFAULT_TOLERANCE, ExpectedError, write_expected_from_row
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
     try:
@@ -139,27 +143,12 @@ def expected_command(args: argparse.Namespace) -> int:
         if not (tol >= 0 and tol != float("inf")):
             raise ValueError(f"--tolerance must be a finite number >= 0, got {tol}")
         ledger = Ledger(default_tracking_uri(args.tracking_uri), create=False)
-        run_id = ledger.resolve_run_id(args.run)
-        row = ledger.client.get_run(run_id)
-        tags = row.data.tags
-        if not args.out and "golden_dir" not in tags:
-            raise ValueError(f"row {run_id[:8]} does not record its golden directory; pass --out FILE")
-        out = Path(args.out) if args.out else Path(tags["golden_dir"]) / EXPECTED_FILE
-        overrides = json.loads(tags.get("hydra_overrides", "[]"))
-        text = render_expected(
-            corpus=tags.get("corpus", "?"), overrides=overrides,
-            condition=" ".join(["python -m rag.run", *overrides]),
-            golden_fingerprint=tags.get("golden_fingerprint", "?"), source_run=run_id,
-            metrics=row.data.metrics, tolerance=tol)
-        cal = ledger.download_text(run_id, "calibration.json")
-        out.write_text(text, encoding="utf-8")
-        # its abstention calibration beside it, so a run can apply it by path
-        # (abstain.calibration=golden/<corpus>/calibration.json, conf/abstain/*.yaml)
-        (out.parent / "calibration.json").write_text(cal, encoding="utf-8")
+        files = write_expected_from_row(ledger, args.run,
+                                        out=Path(args.out) if args.out else None, tolerance=tol)
     except (LookupError, ValueError, OSError, ExpectedError, LedgerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} and {out.parent / 'calibration.json'}")
+    print("wrote " + ", ".join(str(f) for f in files))
     return 0
 
 

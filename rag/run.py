@@ -483,7 +483,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
         "eval_filter": str(cfg.eval.filter), "abstain_signal": abstention_tags["abstain_signal"]}
     for k in ("chunks", "chunks_embedded", "chunks_from_cache", "chunks_truncated",
               "chunks_truncated_share", "files_indexed", "index_reused", "corpus_read",
-              "embedder_distill_s"):
+              "embedder_distill_s", "chunks_distinct_texts", "tokens_embedded"):
         if k in index.stats:
             metrics[f"index/{k}"] = float(index.stats[k])
     for k, v in index.stats.items():  # skip counts, timings, per-language chunk stats

@@ -127,12 +127,15 @@ def cli_error(exc: BaseException) -> None:
 def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
     """Set ``embedder.query_backend`` to ``backend`` on the composed ``cfg`` unless the
     caller chose one (an ``embedder.query_backend`` override), the embedder is not a
-    sentence-transformers model, or an abstention calibration is configured (its thresholds
-    were fitted with the torch query encoder, and :func:`rag.eval.transfer.check_model`
-    refuses them for another)."""
+    sentence-transformers model, runs in another dtype than float32 (the other runtime's
+    quantization is another model), or an abstention calibration is configured (its
+    thresholds were fitted with the torch query encoder, and
+    :func:`rag.eval.transfer.check_model` refuses them for another)."""
     if _has_override(overrides, "embedder.query_backend") or cfg.abstain.calibration:
         return
     if str(getattr(cfg.embedder.kind, "value", cfg.embedder.kind)) != "sentence_transformers":
+        return
+    if str(getattr(cfg.embedder.dtype, "value", cfg.embedder.dtype)) != "float32":
         return
     cfg.embedder.query_backend = backend
 

@@ -113,6 +113,7 @@ class StageCache:
         dense = needs_dense(cfg) if with_dense is None else with_dense
         key = stage_key("index", corpus=cfg.corpus, bm25=cfg.bm25, index=cfg.index,
                         dense=dense, model_id=embedder.model_id if dense else None,
+                        lengths=category_lengths(cfg) if dense else None,
                         dense_index=cfg.get("dense") if dense else None,
                         root=str(root), files=stat_fingerprint(root))
         index, reused = self.get(key, lambda: build_corpus_index(
@@ -155,6 +156,9 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     out = {"corpus": corpus, "bm25_tokenizer": _plain(cfg.bm25).get("tokenizer"),
            "header": str(cfg.index.header), "chunker_version": CHUNKER_VERSION,
            "walk_version": WALK_VERSION, "tokenizer_version": TOKENIZER_VERSION}
+    lengths = category_lengths(cfg)
+    if lengths:  # chunks embedded at other lengths: another build (none recorded: as before)
+        out["max_seq_by_category"] = lengths
     dense_node = _plain(cfg.get("dense")) or {}
     if str(dense_node.get("index", "exact")) != "exact":
         # an ANN build (rag/index/ann.py) records its settings; an exact build records none,
@@ -163,15 +167,33 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     return json.loads(json.dumps(out, sort_keys=True, default=str))
 
 
+def category_lengths(cfg: DictConfig) -> dict[str, int]:
+    """``embedder.max_seq_by_category`` without its null entries: category -> word pieces
+    (empty: every chunk at ``embedder.max_seq_length``)."""
+    node = _plain(cfg.embedder).get("max_seq_by_category") or {}
+    return {str(k): int(v) for k, v in node.items() if v is not None}
+
+
 def load_embedder(cfg: DictConfig):
-    """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`)."""
-    from rag.index.dense import ModelNotFoundError, SentenceTransformerEmbedder
+    """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`).
+
+    ``embedder.backend`` and ``embedder.dtype`` choose what embeds the chunks
+    (:func:`encoder`); ``embedder.query_backend`` (null: the same) may run the queries on the
+    other runtime in float32 — then a :class:`rag.index.onnx_embedder.SplitEmbedder` pairs
+    the two, keyed for builds by the document side's id.
+
+    Raises:
+        RunError: the model is not installed, model2vec lacks its ``distill`` extra, or
+            onnxruntime is missing.
+    """
+    from rag.index.dense import ModelNotFoundError, _value
 
     e = cfg.embedder
-    kind = str(getattr(e.kind, "value", e.kind))
+    kind = str(_value(e.kind))
+    cache_dir = expand_path(cfg.paths.cache_dir)
     try:
         if kind == "model2vec":
-            if str(getattr(e.query_backend, "value", e.query_backend) or "torch") != "torch":
+            if str(_value(e.query_backend) or "torch") != "torch":
                 raise RunError("embedder.query_backend=onnx needs embedder.kind="
                                "sentence_transformers (the ONNX file is that model's export)")
             from rag.index.dense import Model2VecEmbedder
@@ -180,46 +202,64 @@ def load_embedder(cfg: DictConfig):
                 return Model2VecEmbedder(
                     name=e.name, model_path=e.model_path, pca_dims=e.pca_dims,
                     max_seq_length=e.max_seq_length, normalize=e.normalize,
-                    cache_dir=expand_path(cfg.paths.cache_dir))
+                    cache_dir=cache_dir)
             except ImportError as exc:
                 raise RunError("embedder.kind=model2vec needs the model2vec package with its "
                                f"distill extra ({exc})") from exc
-        backend = str(getattr(e.query_backend, "value", e.query_backend) or "torch")
-        if backend == "onnx":
-            return _onnx_query_embedder(e, cfg.paths.cache_dir)
-        return SentenceTransformerEmbedder(
-            name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-            batch_size=e.batch_size, normalize=e.normalize)
+        backend = str(_value(e.backend))
+        query = str(_value(e.query_backend) or backend)
+        dtype = str(_value(e.dtype))
+        if query == backend:
+            return encoder(e, backend=backend, dtype=dtype, cache_dir=cache_dir, role="both")
+        from rag.index.onnx_embedder import SplitEmbedder, sentence_transformer_model_id
+
+        query_side = encoder(e, backend=query, dtype=dtype, cache_dir=cache_dir, role="query")
+        if backend == "torch":  # loaded only when a chunk must be embedded
+            doc_id = sentence_transformer_model_id(
+                name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+                normalize=e.normalize, dtype=dtype)
+            return SplitEmbedder(query_side, lambda: encoder(
+                e, backend="torch", dtype=dtype, cache_dir=cache_dir, role="documents"),
+                documents_model_id=doc_id)
+        documents = encoder(e, backend=backend, dtype=dtype, cache_dir=cache_dir,
+                            role="documents")
+        return SplitEmbedder(query_side, lambda: documents,
+                             documents_model_id=documents.model_id)
     except ModelNotFoundError as exc:
         raise RunError(str(exc)) from exc
 
 
-def _onnx_query_embedder(e, cache_dir):
-    """``embedder.query_backend=onnx``: queries by the ONNX export ``embedder.onnx_path`` (no
-    torch import once the export exists), chunks by the torch model, loaded only when a chunk
-    must be embedded (:class:`rag.index.onnx_embedder.SplitEmbedder`).
+def encoder(e, *, backend: str, dtype: str, cache_dir: Path, role: str):
+    """One encoder of ``embedder`` ``e`` on ``backend`` (``torch``: sentence-transformers;
+    ``onnx``: ONNX Runtime over ``embedder.onnx_path``, no torch import once the export exists)
+    in ``dtype``. ``role`` (``query``, ``documents`` or ``both``) sets ONNX Runtime's threads:
+    one for a query encoder (a query is ~10 word pieces; idle threads would compete for the
+    cores), every usable core otherwise.
 
     Raises:
-        ModelNotFoundError: the tokenizer, the ONNX file or the torch model is missing.
-        RunError: onnxruntime is not installed.
+        ModelNotFoundError: the model, its tokenizer or the ONNX file is missing.
+        RunError: onnxruntime (or, to export or quantize once, torch and onnx) is missing.
     """
     from rag.index.dense import SentenceTransformerEmbedder
 
+    if backend == "torch":
+        return SentenceTransformerEmbedder(
+            name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
+            batch_size=e.batch_size, normalize=e.normalize, dtype=dtype)
     try:
-        from rag.index.onnx_embedder import (OnnxQueryEmbedder, SplitEmbedder,
-                                             sentence_transformer_model_id)
+        from rag.index.cpu import usable_cores
+        from rag.index.onnx_embedder import OnnxEmbedder
 
-        query = OnnxQueryEmbedder(name=e.name, model_path=e.model_path, onnx_path=e.onnx_path,
-                                  max_seq_length=e.max_seq_length, batch_size=e.batch_size,
-                                  normalize=e.normalize, cache_dir=expand_path(cache_dir))
+        return OnnxEmbedder(name=e.name, model_path=e.model_path, onnx_path=e.onnx_path,
+                            max_seq_length=e.max_seq_length, batch_size=e.batch_size,
+                            normalize=e.normalize, cache_dir=cache_dir, dtype=dtype,
+                            threads=1 if role == "query" else usable_cores())
     except ImportError as exc:
-        raise RunError("embedder.query_backend=onnx needs onnxruntime and tokenizers (and, to "
-                       f"export the model once, torch and onnx): {exc}") from exc
-    settings = dict(name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-                    normalize=e.normalize)
-    return SplitEmbedder(
-        query, lambda: SentenceTransformerEmbedder(**settings, batch_size=e.batch_size),
-        documents_model_id=sentence_transformer_model_id(**settings))
+        raise RunError(f"embedder.{'query_' if role == 'query' else ''}backend=onnx needs "
+                       "onnxruntime and tokenizers (and, to export the model once, torch and "
+                       f"onnx): {exc}") from exc
+    except ValueError as exc:  # dtype int8 with an onnx_path other than export
+        raise RunError(str(exc)) from exc
 
 
 def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
@@ -249,7 +289,7 @@ def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
                             window_overlap=c.window_overlap, walk=walk_settings(c),
                             chunker=str(c.chunker),
                             chunk_store=expand_path(cfg.paths.cache_dir) / "chunks",
-                            progress=progress)
+                            max_seq_by_category=category_lengths(cfg), progress=progress)
     except EmptyCorpusError as exc:
         raise RunError(str(exc)) from exc
     index.stats["index_reused"] = 0

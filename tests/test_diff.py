@@ -147,9 +147,13 @@ def test_diff_says_why_a_query_returned_nothing():
     assert (diffs["q1"].returned_a, diffs["q1"].returned_b) == ("dropped", "returned")
     text = render_text(summarize(list(diffs.values()), run_a="A", run_b="B"))
     row = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines() if ln.startswith("q")}
-    assert row["q1"] == ["prose", "2", "2", "tie", "dropped"]
-    assert row["q2"] == ["prose", "-", "-", "tie", "empty", "empty"]
-    assert row["q3"] == ["prose", "1", "1", "tie", "weak"]
+    # query, tags, A, B, outcome, A stage, B stage, changed: these rows were logged before
+    # per-stage attribution (stage '?'), what the caller got is beside it
+    assert row["q1"] == ["prose", "2", "2", "tie", "?", "(dropped)", "?", "changed", "at", "unknown"]
+    assert row["q2"] == ["prose", "-", "-", "tie", "?", "(empty)", "?", "(empty)"]
+    assert row["q3"] == ["prose", "1", "1", "tie", "?", "?", "(weak)", "changed", "at", "unknown"]
+    # nothing attributed on either side: no table of zeros per stage
+    assert "where the positives were lost" not in text
 
 
 def test_negatives_whose_abstention_changed_are_listed():

@@ -60,6 +60,13 @@ def test_golden_expected_round_trip(row, tmp_path, capsys):
     header, exp = load_expected(out)
     # (run in-process, outside Hydra: no command-line overrides were recorded)
     assert header["source_run"] == run_id and header["overrides"] == []
+    # the row's per-query values are pinned beside it (what `rag gate` pairs against)
+    from rag.eval.expected import load_pinned_per_query
+
+    assert header["per_query"] == "expected_per_query.csv"
+    pinned = load_pinned_per_query(out, header)
+    assert pinned is not None and pinned.startswith("query_id,kind,tags,")
+    assert "query," not in pinned.splitlines()[0]  # no query text pinned
     assert {e.metric for e in exp} >= {"mrr", "recall_at_8", "dropped_rate", "abstain_rate"}
     assert check_expected(metrics, exp) == []
     assert check_expected({**metrics, "mrr": metrics["mrr"] + 0.01}, exp) == [

@@ -243,11 +243,11 @@ def test_row_qrels_and_run_rescored_by_trec_eval(tmp_path, fixture_repo, compose
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     row = client.search_runs([client.get_experiment_by_name("rag-shop").experiment_id])[0]
     names = {a.path for a in client.list_artifacts(row.info.run_id)}
-    assert {"qrels.txt", "run.trec"} <= names
+    assert {"qrels.txt", "run.trec.txt"} <= names
     from pathlib import Path
 
     qrels_file = Path(client.download_artifacts(row.info.run_id, "qrels.txt", str(tmp_path)))
-    run_file = Path(client.download_artifacts(row.info.run_id, "run.trec", str(tmp_path)))
+    run_file = Path(client.download_artifacts(row.info.run_id, "run.trec.txt", str(tmp_path)))
     assert _lines(qrels_file) == ROW_QRELS
     qrels: dict[str, dict[str, int]] = {}
     for line in _lines(qrels_file):

@@ -83,10 +83,16 @@ def test_notebook_executes_headless(tmp_path, monkeypatch):
     assert not any(o.get("output_type") == "error" for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     assert "sweep routing-1: 3 job(s) besides the baseline" in outputs
+    # every point of the Pareto plot carries its row's label
+    assert ("Pareto plot: 4 points, each labelled: search.mode=auto, search.mode=bm25, "
+            "search.mode=dense, search.mode=hybrid") in outputs
     # every figure renders inline: the Pareto plot, the score histogram, the ΔMRR plot
     images = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
               and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
     assert len(images) == 3, images
+    sources = [nb.cells[i].source for i in images]
+    assert "pareto(" in sources[0] and "threshold_histogram(" in sources[1] \
+        and "delta_mrr(" in sources[2]
     import base64
 
     for i in images:

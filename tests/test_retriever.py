@@ -86,7 +86,7 @@ def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("rag-shop")
     row = client.search_runs([exp.experiment_id])[0]
-    trec = client.download_artifacts(row.info.run_id, "run.trec", str(tmp_path))
+    trec = client.download_artifacts(row.info.run_id, "run.trec.txt", str(tmp_path))
     again = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,
                                                   "retriever.kind=run_file",
                                                   f"retriever.path={trec}")), stages=stages)

@@ -66,10 +66,41 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     golden = load_golden(fixture_golden)
     assert run.data.tags["golden_fingerprint"] == golden.fingerprint
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
-    assert names == ["calibration.json", "calibration.png", "config.yaml", "per_query.csv",
-                     "qrels.txt", "run.trec"]
-    png = Path(client.download_artifacts(run.info.run_id, "calibration.png", str(tmp_path)))
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # run file and qrels named .txt: the MLflow UI previews them
+    assert names == ["calibration.json", "config.yaml", "figures", "per_query.csv",
+                     "qrels.txt", "run.trec.txt"]
+    figures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "figures"))
+    assert figures == ["figures/risk_coverage.png", "figures/score_histograms.png"]
+    for name in figures:
+        png = Path(client.download_artifacts(run.info.run_id, name, str(tmp_path)))
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the MLflow UI: the run lasts the evaluation (not the ~0.3 s of logging), the golden set
+    # is its input dataset (digest = golden fingerprint), params spelled as the config spells
+    # them, headline metrics logged first
+    assert run.info.end_time - run.info.start_time >= 1000 * metrics["wall_s"] - 1
+    assert run.info.start_time <= run.info.end_time
+    [ds] = run.inputs.dataset_inputs
+    assert ds.dataset.name == fixture_golden.name
+    assert ds.dataset.digest == run.data.tags["golden_fingerprint"][:36]
+    assert {t.key: t.value for t in ds.tags} == {"mlflow.data.context": "eval"}
+    assert json.loads(ds.dataset.profile) == {"positives": 3, "negatives": 1,
+                                              "tags": ["docs", "prose", "symbol"]}
+    assert run.data.params["tracking.enabled"] == "true"
+    assert run.data.params["eval.check_links"] == "false"
+    assert run.data.params["corpus.url_template"] == "null"
+    assert run.data.params["search.fuse"] == "[dense, bm25]"
+    assert "True" not in run.data.params.values() and "None" not in run.data.params.values()
+    from rag.ledger.metric_groups import HEADLINE
+
+    with sqlite3.connect(tmp_path / "mlflow.db") as con:  # the store keeps the logging order
+        logged = [k for (k,) in con.execute(
+            "SELECT key FROM latest_metrics WHERE run_uuid = ? ORDER BY rowid",
+            (run.info.run_id,))]
+    assert logged[:3] == ["mrr", "recall_at_8", "ndcg_at_10"]
+    assert not any("/" in k and k.split("/")[0] in ("prose", "symbol", "config") for k in logged)
+    assert {"tag.prose.recall_at_8", "tag.symbol.mrr"} <= set(logged)
+    head = [k for k in logged if k in HEADLINE]
+    assert logged[:len(head)] == head
     local = Path(client.download_artifacts(run.info.run_id, "calibration.json", str(tmp_path)))
     cal = json.loads(local.read_text())
     per_query = Path(client.download_artifacts(run.info.run_id, "per_query.csv", str(tmp_path)))
@@ -81,7 +112,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert cal["negative_max_top_dense"] == pytest.approx(neg.top_dense.max())
     assert metrics["mrr"] == pytest.approx(pos.mrr.mean())
     assert table.set_index("query_id").loc["sym-auth-callback", "first_relevant_rank"] == 1
-    trec = Path(client.download_artifacts(run.info.run_id, "run.trec", str(tmp_path))).read_text()
+    trec = Path(client.download_artifacts(run.info.run_id, "run.trec.txt", str(tmp_path))).read_text()
     first = [ln.split() for ln in trec.splitlines() if ln.startswith("sym-auth-callback ")][0]
     assert first[:4] == ["sym-auth-callback", "Q0", "src/shop/payments.py#handleAuthCallback", "1"]
     report = (tmp_path / "ledger.md").read_text()
@@ -247,9 +278,13 @@ def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_
     high = run_mod.run_job(compose(base + [f"abstain.min_dense={pos_min + 1e-4:.6f}",
                                            "abstain.weak_dense=0.99"]), stages=stages)
     ranking = [k for k in low if k.startswith(("recall_at_", "hit_at_", "ndcg_at_", "mrr",
-                                               "tag.prose.", "tag.symbol.", "tag.docs."))]
+                                               "tag.prose.", "tag.symbol.", "tag.docs."))
+               and "lost_at/" not in k]  # where a positive was lost: abstention is a stage
     assert "mrr" in ranking and "recall_at_8" in ranking and "ndcg_at_10" in ranking
     assert {k: low[k] for k in ranking} == {k: high[k] for k in ranking}
+    # every positive returned under the open bands is lost at abstention under the closed ones
+    assert low["lost_at/abstained"] == 0 and low["lost_at/returned"] > 0
+    assert high["lost_at/abstained"] == low["lost_at/returned"] and high["lost_at/returned"] == 0
     assert low["dropped_rate"] == 0.0 and high["dropped_rate"] == pytest.approx(1 / 3)
     assert low["abstain_rate"] == 0.0 and high["abstain_rate"] == 1.0
     assert high["answer_support_rate"] == pytest.approx(low["answer_support_rate"] - 1 / 3)

@@ -371,7 +371,7 @@ def test_row_with_span_labels_rescored_by_trec_eval(tmp_path, fixture_repo, comp
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     row = client.search_runs([client.get_experiment_by_name("rag-shop").experiment_id])[0]
     qrels_file = Path(client.download_artifacts(row.info.run_id, "qrels.txt", str(tmp_path)))
-    run_file = Path(client.download_artifacts(row.info.run_id, "run.trec", str(tmp_path)))
+    run_file = Path(client.download_artifacts(row.info.run_id, "run.trec.txt", str(tmp_path)))
     qlines = qrels_file.read_text().split("\n")
     assert "prose-voucher 0 src/shop/cart.py#L19-21 1" in qlines
     qrels: dict[str, dict[str, int]] = {}

@@ -85,7 +85,7 @@ def test_suite_multirun_rows_per_corpus_and_summary(tmp_path):
         job = next(r for r in rows if r.data.tags["is_baseline"] != "true")
         # paired with the baseline of its own corpus
         assert job.data.tags["baseline_run_id"] == base.info.run_id
-        assert job.data.metrics["mrr_delta"] == pytest.approx(
+        assert job.data.metrics["vs_baseline/mrr_delta"] == pytest.approx(
             job.data.metrics["mrr"] - base.data.metrics["mrr"])
         summary = json.loads(open(client.download_artifacts(
             parents[0].info.run_id, "suite_summary.json", str(tmp_path / name))).read())

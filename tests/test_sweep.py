@@ -31,6 +31,8 @@ def routing_sweep(tmp_path, fixture_repo, fixture_golden):
          f"hydra.sweep.dir={tmp_path / 'multirun'}"],
         capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # stderr is a pipe: neither the prebuild nor the jobs draw progress frames (\r)
+    assert "\r" not in proc.stderr, proc.stderr[-3000:]
     return tmp_path, proc.stdout
 
 
@@ -83,15 +85,39 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
         if t["is_baseline"] == "false":
             assert t["baseline_run_id"] == base_id
             keys = {m["key"] for m in r["data"]["metrics"]}
-            # (mrr_mde is absent here: every fixture query ties, no spread to estimate power)
-            assert {"mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high", "recall_at_8_p",
-                    "mrr_p_holm"} <= keys
+            # (mrr_mde is absent here: every fixture query ties, no spread to estimate power);
+            # one "vs_baseline" group, so the UI's chart tab gives them a section of their own
+            assert {f"vs_baseline/{k}" for k in ("mrr_delta", "mrr_p", "mrr_ci_low",
+                                                 "mrr_ci_high", "recall_at_8_p",
+                                                 "mrr_p_holm")} <= keys
+            assert not {"mrr_delta", "mrr_p"} & keys
     # the Holm-adjusted p logged on each job at the sweep's end is holm() of the raw p's
     from rag.eval.significance import holm
+    from rag.ledger.metric_groups import baseline_values
 
-    jobs = [{m["key"]: m["value"] for m in r["data"]["metrics"]} for r, t in rows
-            if t["is_baseline"] == "false"]
+    jobs = [baseline_values({m["key"]: m["value"] for m in r["data"]["metrics"]})
+            for r, t in rows if t["is_baseline"] == "false"]
     assert [j["mrr_p_holm"] for j in jobs] == pytest.approx(holm([j["mrr_p"] for j in jobs]))
+    # each job's run lasts its whole evaluation (wall_s), not just the logging at its end
+    for r, _ in rows:
+        wall_s = next(m["value"] for m in r["data"]["metrics"] if m["key"] == "wall_s")
+        assert int(r["info"]["end_time"]) - int(r["info"]["start_time"]) >= 1000 * wall_s - 1
+    # the parent run carries the sweep's summary table and figures
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(parent_id)}
+    assert {"sweep_summary.md", "sweep_summary.csv", "sweep_significance.json",
+            "figures"} <= names, names
+    assert {a.path for a in client.list_artifacts(parent_id, "figures")} == {
+        "figures/pareto.png", "figures/rank_vs_baseline.png", "figures/delta_mrr.png"}
+    import pandas as pd
+
+    summary = pd.read_csv(client.download_artifacts(parent_id, "sweep_summary.csv",
+                                                    str(tmp_path / "dl")))
+    assert len(summary) == 4  # one line per row
+    md = Path(client.download_artifacts(parent_id, "sweep_summary.md", str(tmp_path / "dl")))
+    assert "Sweep `routing`" in md.read_text()
     # the report's routing section shows deltas and p-values against the baseline
     section = subprocess.run(
         [sys.executable, "-m", "rag.report", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -128,7 +154,7 @@ def test_a_failing_job_leaves_a_flagged_incomplete_sweep(tmp_path, fixture_repo,
     for r in rows:
         if r is not base[0]:
             assert r.data.tags["baseline_run_id"] == base[0].info.run_id
-            assert "answer_support_p" in r.data.metrics
+            assert "vs_baseline/answer_support_p" in r.data.metrics
     report = subprocess.run(
         [sys.executable, "-m", "rag.report", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
          "--sweep", "topk", "--out", str(tmp_path / "topk.md")], capture_output=True, text=True)

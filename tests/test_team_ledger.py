@@ -312,7 +312,8 @@ def test_parallel_sweep_into_mlflow_server_on_postgresql(tmp_path, fixture_repo,
     for r, t in others:
         assert t["baseline_run_id"] == baseline[0]["info"]["run_id"]
         keys = {m["key"] for m in r["data"]["metrics"]}
-        assert {"mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high", "mrr_p_holm"} <= keys, keys
+        assert {f"vs_baseline/{k}" for k in ("mrr_delta", "mrr_p", "mrr_ci_low", "mrr_ci_high",
+                                             "mrr_p_holm")} <= keys, keys
     # the artifacts went through the server into its --artifacts-destination, not into the
     # client's tracking.artifact_root
     assert all(r["info"]["artifact_uri"].startswith("mlflow-artifacts:") for r, _ in rows)

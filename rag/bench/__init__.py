@@ -19,6 +19,13 @@ minute, because absolute times on a shared machine drift:
 8. ``ann`` — exact dense search against FAISS HNSW and IVF on clustered synthetic vectors
    (100k with ``--quick``, else 1M and 5M; ``--ann-sizes``): recall@10, p50, build time and
    memory (:mod:`rag.bench.ann`). Needs no model or corpus.
+9. ``dtype`` — every embedding backend and dtype (torch/onnx x float32/int8/bfloat16) against
+   fp32 torch on the same long chunks: chunks/s, achieved GFLOP/s against the CPU's
+   estimated peak, cosine to fp32 (:mod:`rag.bench.encoders`).
+10. ``cli`` — a cold ``rag search`` process, ONNX query encoder against torch
+    (:mod:`rag.bench.cold_search`).
+11. ``launchers`` — the routing sweep under the basic launcher and ``hydra/launcher=ray``:
+    wall time and chunks embedded, each from a cold cache (:mod:`rag.bench.launchers`).
 
 Every figure is the median of repeated measurements with their min and max. Runs of
 ``rag.run`` log into a temporary MLflow store, never the project's ledger. Nothing here is
@@ -38,7 +45,8 @@ import traceback
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-SECTIONS = ("bm25", "dense", "build", "eval", "latency", "sweep", "e2e", "serve", "ann")
+SECTIONS = ("bm25", "dense", "build", "eval", "latency", "sweep", "e2e", "serve", "ann",
+            "dtype", "cli", "launchers")
 
 #: Queries for a corpus without golden labels (``corpus.path`` without ``eval.golden_dir``).
 GENERIC_QUERIES = ["main entry point", "configuration", "error handling", "tests",
@@ -78,6 +86,11 @@ class Profile:
     serve_requests: int = 2000
     ann_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     ann_exact_queries: int = 100
+    dtype_sample: int = 64
+    dtype_reps: int = 3
+    cli_reps: int = 5
+    launcher_reps: int = 2
+    launcher_modes: tuple[str, ...] = ("dense", "bm25", "hybrid", "auto")
 
     @classmethod
     def quick(cls) -> "Profile":
@@ -93,7 +106,9 @@ class Profile:
                    latency_max_queries=64, rerank_queries=12,
                    rerank_passes=1, cross_encoder_queries=2, sweep_modes=("dense", "auto"),
                    sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0,
-                   serve_requests=120, ann_sizes=(100_000,), ann_exact_queries=50)
+                   serve_requests=120, ann_sizes=(100_000,), ann_exact_queries=50,
+                   dtype_sample=24, dtype_reps=2, cli_reps=2, launcher_reps=1,
+                   launcher_modes=("dense", "bm25"))
 
 
 @dataclass
@@ -309,6 +324,30 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
 
         section("ann", lambda: bench_ann(sizes=prof.ann_sizes,
                                          exact_queries=prof.ann_exact_queries))
+    if {"dtype", "launchers"} & set(sections) and cfg is None:
+        from rag.run import corpus_root
+        from rag.search_cli import cli_error, compose_config
+
+        try:
+            cfg = compose_config(overrides)
+            root = corpus_root(cfg)
+        except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+            cli_error(exc)
+    if "dtype" in sections:
+        from rag.bench.encoders import bench_encoders
+
+        section("dtype", lambda: bench_encoders(cfg, ctx.root if ctx else root,
+                                                sample=prof.dtype_sample, reps=prof.dtype_reps))
+    if "cli" in sections:
+        from rag.bench.cold_search import bench_cold_search
+
+        section("cli", lambda: bench_cold_search(overrides, scratch, reps=prof.cli_reps))
+    if "launchers" in sections:
+        from rag.bench.launchers import bench_launchers
+
+        section("launchers", lambda: bench_launchers(
+            overrides, scratch, modes=prof.launcher_modes, reps=prof.launcher_reps, cold=True,
+            cfg=cfg))
     return results
 
 
@@ -349,10 +388,15 @@ def main(argv: list[str] | None = None) -> int:
     out = expand_path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(results)
-    if isinstance(results.get("ann"), dict) and "error" not in results["ann"]:
-        from rag.bench.ann import render_ann
+    from rag.bench.ann import render_ann
+    from rag.bench.cold_search import render_cold_search
+    from rag.bench.encoders import render_encoders
+    from rag.bench.launchers import render_launchers
 
-        text += "\n" + "\n".join(render_ann(results["ann"]))
+    for name, render_section in (("ann", render_ann), ("dtype", render_encoders),
+                                 ("cli", render_cold_search), ("launchers", render_launchers)):
+        if isinstance(results.get(name), dict) and "error" not in results[name]:
+            text += "\n" + "\n".join(render_section(results[name]))
     out.write_text(text + "\n")
     out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(text)

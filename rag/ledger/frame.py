@@ -20,10 +20,13 @@ def ledger_frame(uri: str, *, prefix: str = "rag") -> pd.DataFrame:
     beside the row's point), corpus and golden fingerprints (compare only rows that share
     both), sweep_name, sweep_job, is_baseline, the params in :data:`PARAMS` and the metrics
     in :data:`COLUMNS` (NaN where absent).
+
+    Raises:
+        LedgerError: no store at ``uri`` (it is never created), or it cannot be read.
     """
     from rag.ledger.mlflow_store import Ledger
 
-    ledger = Ledger(uri)
+    ledger = Ledger(uri, create=False)  # a reader: never creates a store
     records = []
     for exp in ledger.experiments(prefix):
         for r in ledger.rows([exp.experiment_id]):
@@ -67,7 +70,12 @@ def pareto_front(df: pd.DataFrame, *, cost: str = "latency_p50_ms", gain: str = 
 
 
 def per_query_table(uri: str, run_id: str) -> pd.DataFrame:
-    """The per_query.csv artifact of one row."""
+    """The per_query.csv artifact of one row.
+
+    Raises:
+        LedgerError: no store at ``uri``, or the row has no readable per_query.csv.
+    """
     from rag.ledger.mlflow_store import Ledger
 
-    return pd.read_csv(io.StringIO(Ledger(uri).download_text(run_id, "per_query.csv")))
+    return pd.read_csv(io.StringIO(Ledger(uri, create=False).download_text(run_id,
+                                                                          "per_query.csv")))

@@ -130,6 +130,7 @@ def prebuild_indexes(jobs: list[tuple[list[str], Any]], *, stages: Any = None,
             keeps the built indexes for jobs in this process); default a fresh one.
         keep: build through ``stages.index`` so that jobs run in this process reuse the
             index in memory (the basic launcher); else build and drop it.
+        progress: draw tqdm bars (the caller passes ``sys.stderr.isatty()``).
         log: where skip notes go (default: stderr).
     """
     from rag.config import needs_dense, validate
@@ -176,5 +177,7 @@ def prebuild_sweep(config: Any) -> Prebuild:
     from rag.stages import STAGES
 
     in_process = str(config.hydra.launcher.get("_target_")) == BASIC_LAUNCHER
+    # progress bars only on a terminal, as in the jobs: `python -m rag.run +sweep=... 2> log`
+    # writes no bar frames
     return prebuild_indexes(sweep_job_configs(config), stages=STAGES if in_process else None,
-                            keep=in_process)
+                            keep=in_process, progress=sys.stderr.isatty())

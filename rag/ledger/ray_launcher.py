@@ -1,7 +1,8 @@
 """``hydra/launcher=ray``: a sweep's jobs as Ray tasks, on a running Ray cluster or on a Ray
 instance started on this machine for the sweep.
 
-``conf/hydra/launcher/ray.yaml`` selects
+``hydra/launcher=ray`` (``RayLauncherConf``, stored in Hydra's ConfigStore by
+hydra_plugins/rag_launchers/ray_launcher.py) selects
 :class:`hydra_plugins.rag_launchers.ray_launcher.RayLauncher` (Hydra instantiates launchers
 only from the ``hydra_plugins`` package; that class is a thin subclass of hydra-ray-launcher's
 ``RayLauncher``, https://hydra.cc/docs/plugins/ray_launcher/, whose ``launch`` is
@@ -10,7 +11,7 @@ a sweep of this project needs:
 
 * **Where.** ``hydra.launcher.ray.init.address`` (default ``$RAY_ADDRESS``) names a running
   cluster. Empty, a local instance is started for the sweep with the other ``ray.init`` keys of
-  conf/hydra/launcher/ray.yaml: every server bound to 127.0.0.1 (``_node_ip_address``: nothing
+  ``RayLauncherConf``: every server bound to 127.0.0.1 (``_node_ip_address``: nothing
   listens beyond loopback), ``num_cpus`` null (every CPU of the machine, as Ray counts them),
   the dashboard off, and Ray's token authentication on (a ``RAY_AUTH_MODE`` other than
   ``token`` is refused). Its session lives in a fresh temporary directory; when the launch
