@@ -550,6 +550,9 @@ class SweepConfig:
     # The smallest effect (ΔMRR) worth detecting: a sweep whose minimum detectable effect is
     # larger is flagged underpowered in the report.
     min_effect: float = 0.05
+    # Metric keys the sweep's report table adds as columns (e.g. index/embed_s for a sweep of
+    # build cost); logged with each row as the param sweep.columns.
+    columns: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -952,7 +955,17 @@ def check_override_values(args: list[str]) -> None:
         raise ValueError("an override does not parse (Hydra's grammar; quote a value holding "
                          f"' , = # [ $ or spaces): {str(exc).strip().splitlines()[0]}") from None
     schema = OmegaConf.structured(RagConfig)
-    conf = project_root() / "conf"
+    # config directories: the project's and those a hydra.searchpath override adds (file://);
+    # a pkg:// entry cannot be listed here, so group options are then left to Hydra
+    confs: list[Path] | None = [project_root() / "conf"]
+    for o in overrides:
+        if o.key_or_group == "hydra.searchpath":
+            for entry in (o.value() if isinstance(o.value(), list) else [o.value()]):
+                entry = str(entry)
+                if entry.startswith("file://"):
+                    confs = None if confs is None else [*confs, Path(entry[len("file://"):])]
+                else:
+                    confs = None
     for o in overrides:
         key = o.key_or_group
         if key.startswith("hydra") or o.is_delete() or o.package:
@@ -964,9 +977,11 @@ def check_override_values(args: list[str]) -> None:
         for value in values:
             if value is None or (isinstance(value, str) and "${" in value):
                 continue
-            if (conf / key).is_dir():
-                if not (conf / key / f"{value}.yaml").is_file():
-                    options = sorted(f.stem for f in (conf / key).glob("*.yaml"))
+            groups = [c / key for c in (confs or []) if (c / key).is_dir()]
+            if groups or (confs is None and (project_root() / "conf" / key).is_dir()):
+                if confs is not None and not any((g / f"{value}.yaml").is_file()
+                                                 for g in groups):
+                    options = sorted({f.stem for g in groups for f in g.glob("*.yaml")})
                     raise ValueError(f"{key}={value}: no such {key} config (conf/{key}/: "
                                      f"{', '.join(options)})")
                 continue

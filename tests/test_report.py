@@ -155,3 +155,20 @@ def test_report_on_a_store_that_is_not_a_database_is_one_error_line(tmp_path, ca
     assert "no such file" in capsys.readouterr().err
     assert not out.exists() and not missing.exists()
     assert notes.read_text() == "not a database\n"
+
+
+def test_a_sweep_names_its_own_columns():
+    base = _row("a" * 32, 1, sweep="indexing", job="embedder=minilm", baseline=True,
+                **{"index/embed_s": 73.46, "index/tokens_embedded": 250_000.0})
+    short = _row("b" * 32, 2, sweep="indexing", job="embedder=minilm_seq128",
+                 **{"index/embed_s": 40.04, "index/tokens_embedded": 150_000.0})
+    for r in (base, short):
+        r.params["sweep.columns"] = "[index/embed_s, index/tokens_embedded]"
+    text = render_ledger([base, short], source="s", sweep="indexing")
+    header = next(line for line in text.splitlines() if line.startswith("| job |"))
+    assert header.endswith("| embed s | word pieces embedded |")
+    assert "| 73.5 | 250000 |" in text and "| 40.0 | 150000 |" in text
+    # a sweep that names none has no such columns
+    plain = render_ledger([_row("c" * 32, 1, sweep="routing", job="search.mode=bm25",
+                                baseline=True, **{"index/embed_s": 1.0})], source="s")
+    assert "embed s" not in plain

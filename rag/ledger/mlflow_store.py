@@ -29,6 +29,10 @@ PARAM_MAX_CHARS = 500
 RUN_FILE = "run.trec.txt"
 RUN_FILE_NAMES = (RUN_FILE, "run.trec")
 QRELS_FILE = "qrels.txt"
+# Every row is tagged as an evaluation run (mlflow.utils.mlflow_tags.MLFLOW_RUN_TYPE): the
+# bundled UI (3.17) expands the parent of runs whose runType is "evaluation" in the runs table
+RUN_TYPE_TAG = "mlflow.runType"
+RUN_TYPE_EVALUATION = "evaluation"
 # MLflow's dataset digest column holds at most 36 characters (MAX_DATASET_DIGEST_SIZE)
 DATASET_DIGEST_CHARS = 36
 
@@ -497,7 +501,10 @@ class Ledger:
                   if metrics[k] is not None and not math.isnan(float(metrics[k]))]
             ps = [Param(k, v) for k, v in params.items()]
             # MLflow caps one log_batch at 1000 metrics and 100 params
-            with_lock_retry(c.log_batch, rid, tags=[RunTag("rag.ledger", "1")])
+            # mlflow.runType=evaluation: the MLflow UI unfolds a sweep's parent run in the runs
+            # table when its children carry it, so a sweep's rows are visible without a click
+            with_lock_retry(c.log_batch, rid, tags=[RunTag("rag.ledger", "1"),
+                                                    RunTag(RUN_TYPE_TAG, RUN_TYPE_EVALUATION)])
             for i in range(0, len(ms), 900):
                 with_lock_retry(c.log_batch, rid, metrics=ms[i:i + 900])
             for i in range(0, len(ps), 90):

@@ -254,7 +254,11 @@ def render_sweep(name: str, rows: list[LedgerRow],
         if name != "rerank":
             names.pop("candidate_pool_recall")
         extra = [c for c in names if any(c in r.metrics for r in srows)]
-        head += [names[c] for c in extra]
+        # the sweep's own columns (sweep.columns, e.g. index/embed_s)
+        extra += [c for c in sweep_columns(base or srows[-1]) if c not in extra]
+        names.update({"index/embed_s": "embed s", "index/tokens_embedded": "word pieces embedded",
+                      "index/chunks_embedded": "chunks embedded"})
+        head += [names.get(c, c) for c in extra]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in srows:
             h = holm.get(r.run_id, {})
@@ -263,7 +267,8 @@ def render_sweep(name: str, rows: list[LedgerRow],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
-                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall", "_recall_at_10")) else f"{r.metrics[c]:.0f}")
+                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall", "_recall_at_10"))
+                        else f"{r.metrics[c]:.1f}" if c.endswith("_s") else f"{r.metrics[c]:.0f}")
                        if c in r.metrics else "—" for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
@@ -275,6 +280,21 @@ def render_sweep(name: str, rows: list[LedgerRow],
                                   (figures or {}).get(shown.run_id))
         out += [""]
     return out
+
+
+def sweep_columns(row: LedgerRow) -> list[str]:
+    """The metric keys a sweep asks its table to show (param ``sweep.columns``, a flow-style
+    YAML list as :func:`rag.ledger.mlflow_store.param_value` spells it); [] when absent."""
+    import yaml
+
+    raw = row.params.get("sweep.columns")
+    if not raw:
+        return []
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def sweep_table(rows: list[LedgerRow]) -> Any:

@@ -1,19 +1,32 @@
 """Screenshots of the MLflow UI for one sweep, and a check that its rows line up there.
 
-``rag ledger screenshots [--tracking-uri URI] [--out reports/screenshots] [--sweep ID]``, the
-same as ``python -m rag.ledger.screenshots`` (and tests/test_ledger_screenshots.py, skipped
-without chromium), starts ``mlflow server`` on 127.0.0.1 over a ledger store, opens three pages in headless Chromium (Debian's ``chromium``
-package; ``make sysdeps`` installs it) and writes one PNG each:
+``rag ledger screenshots [--tracking-uri URI] [--out reports/screenshots] [--sweep ID]`` —
+the same as ``python -m rag.ledger.screenshots`` and used by tests/test_ledger_screenshots.py
+(skipped without chromium) — starts ``mlflow server`` on 127.0.0.1 over a ledger store, opens
+three pages in headless Chromium (Debian's ``chromium`` package; ``make sysdeps`` installs it)
+and writes one PNG each:
 
-* ``runs_table.png``: the experiment's runs table (``#/experiments/<id>``),
-* ``run_page.png``: the sweep baseline's run page (``#/experiments/<id>/runs/<run id>``),
+* ``runs_table.png``: the experiment's runs table (``#/experiments/<id>/runs``): the sweep's
+  parent run unfolded (its rows carry ``mlflow.runType=evaluation``), each row with its
+  dataset (the golden set) and duration;
+* ``run_page.png``: the sweep baseline's run page (``#/experiments/<id>/runs/<run id>``):
+  duration, dataset, the metrics table (headline first, in logged order), params;
 * ``compare.png``: the compare view of the sweep's rows (``#/compare-runs?runs=...``).
 
-Each page is also read back as its rendered DOM (``chromium --dump-dom``) and checked: every
-row of the sweep is named in the runs table and the compare view, the compare view lists the
-headline metrics, and the run page shows the golden set's dataset and the row's real
-duration. The server is stopped by its process id (its own process group). Chromium runs with
-``--virtual-time-budget``, so a page's scripts and requests settle before the capture.
+Each page is also read back as its rendered DOM (``chromium --dump-dom``) and checked
+(:func:`check_pages`). The pages open in the UI's "Model training" view
+(``workflowType=machine_learning``; the UI's own default is its GenAI view, which shows
+traces, not runs) on the host name ``ledger.localhost``, which Chromium maps to 127.0.0.1
+(``--host-resolver-rules``; the server is told to accept it): on ``localhost`` or
+``127.0.0.1`` the UI opens its assistant panel over a third of every page. Nothing leaves the
+machine: no proxy, loopback only. The server is stopped by its process id (its own process
+group). Chromium runs with ``--virtual-time-budget``, so a page's scripts and requests settle
+before the capture.
+
+What the UI cannot be made to do: its compare view sorts metrics and params alphabetically and
+renders only the rows of those tables that are scrolled into view (``mrr`` appears there as
+the parallel-coordinates plot's default metric); the headline-first order shows on the run
+page and in ``rag ledger export``.
 """
 
 from __future__ import annotations
@@ -35,9 +48,17 @@ from typing import Any
 
 from rag.ledger.metric_groups import HEADLINE
 
-WINDOW = (1600, 1000)  # pixels
+# window size per page (pixels): tall enough for the run page's metrics table and the compare
+# view's run details
+WINDOWS = {"runs_table": (1600, 900), "run_page": (1600, 1400), "compare": (1600, 1800)}
 BUDGET_MS = 20000  # virtual time a page gets to load and fetch
 SERVER_START_S = 120.0
+UI_HOST = "ledger.localhost"  # mapped to 127.0.0.1 by chromium; see the module docstring
+UI_QUERY = "workflowType=machine_learning"
+
+
+# requests to the local server never go through a proxy from the environment
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ScreenshotError(RuntimeError):
@@ -60,22 +81,25 @@ def free_port() -> int:
 
 def start_server(uri: str, *, port: int, log: Path) -> subprocess.Popen:
     """``mlflow server`` over the store ``uri`` on 127.0.0.1:``port`` (one worker, in a
-    process group of its own), once ``/health`` answers.
+    process group of its own, accepting the Host ``ledger.localhost``), once ``/health``
+    answers.
 
     Raises:
         ScreenshotError: it exited or did not answer within :data:`SERVER_START_S` seconds
             (the last lines of its log are in the message).
     """
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    hosts = ",".join(f"{h}:{port}" for h in (UI_HOST, "127.0.0.1", "localhost"))
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1", "--backend-store-uri", uri],
+             "--workers", "1", "--backend-store-uri", uri, "--allowed-hosts", hosts,
+             "--cors-allowed-origins", f"http://{UI_HOST}:{port}"],
             stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + SERVER_START_S
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            with _LOOPBACK.open(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
                     return proc
         except OSError:
@@ -102,10 +126,12 @@ def stop_server(proc: subprocess.Popen, timeout: float = 30.0) -> None:
             continue
 
 
-def _chromium(binary: str, url: str, *args: str, profile: Path, budget_ms: int) -> str:
+def _chromium(binary: str, url: str, *args: str, profile: Path, budget_ms: int,
+              window: tuple[int, int]) -> str:
     cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
            "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-           f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--virtual-time-budget={budget_ms}",
+           f"--host-resolver-rules=MAP {UI_HOST} 127.0.0.1", "--no-proxy-server",
+           f"--window-size={window[0]},{window[1]}", f"--virtual-time-budget={budget_ms}",
            *args, url]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_ms / 1000 + 120)
@@ -117,19 +143,22 @@ def _chromium(binary: str, url: str, *args: str, profile: Path, budget_ms: int) 
     return proc.stdout
 
 
-def capture(binary: str, url: str, png: Path, *, profile: Path,
-            budget_ms: int = BUDGET_MS) -> str:
-    """Write a screenshot of ``url`` to ``png`` and return the page's rendered DOM (HTML).
+def capture(binary: str, url: str, png: Path, *, profile: Path, budget_ms: int = BUDGET_MS,
+            window: tuple[int, int] = (1600, 1000)) -> str:
+    """Write a screenshot of ``url`` (``window`` = width, height in pixels) to ``png`` and
+    return the page's rendered DOM (HTML).
 
     Raises:
         ScreenshotError: chromium failed or wrote no PNG.
     """
     png.parent.mkdir(parents=True, exist_ok=True)
     png.unlink(missing_ok=True)
-    _chromium(binary, url, f"--screenshot={png}", profile=profile, budget_ms=budget_ms)
+    _chromium(binary, url, f"--screenshot={png}", profile=profile, budget_ms=budget_ms,
+              window=window)
     if not png.is_file() or png.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":
         raise ScreenshotError(f"chromium wrote no screenshot of {url}")
-    return _chromium(binary, url, "--dump-dom", profile=profile, budget_ms=budget_ms)
+    return _chromium(binary, url, "--dump-dom", profile=profile, budget_ms=budget_ms,
+                     window=window)
 
 
 @dataclass
@@ -151,29 +180,78 @@ def text_of(html: str) -> str:
     return re.sub(r"\s+", " ", html_mod.unescape(re.sub(r"<[^>]+>", " ", body)))
 
 
-def check_pages(dom: dict[str, str], *, run_names: list[str], golden_name: str,
-                duration_s: float) -> list[str]:
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|min|h)\b")  # MLflow writes 4.9s, 1.2min
+
+
+def _word(name: str) -> re.Pattern:
+    """``name`` as a whole token: not inside a longer name (``b`` is not in ``abc``,
+    ``mrr`` not in ``tag.prose.mrr``)."""
+    return re.compile(rf"(?<![\w/.=-]){re.escape(name)}(?![\w/.=-])")
+
+
+def _has(text: str, name: str) -> bool:
+    return _word(name).search(text) is not None
+
+
+def _in_order(text: str, names: list[str]) -> bool:
+    """True when every name occurs in ``text`` as a token, each after the one before."""
+    pos = 0
+    for n in names:
+        m = _word(n).search(text, pos)
+        if m is None:
+            return False
+        pos = m.end()
+    return True
+
+
+def check_pages(dom: dict[str, str], *, run_names: list[str], run_ids: list[str],
+                golden: str, headline: list[str]) -> list[str]:
     """Problems found in the rendered pages (empty: every row lines up).
 
-    * runs table: every sweep row's name;
-    * compare view: every row's name and each headline metric present in the rows;
-    * run page: the golden set's dataset name and a duration (MLflow writes ``1.2s``,
-      ``3.4min``).
+    Args:
+        dom: page name (``runs_table``, ``run_page``, ``compare``) -> its rendered HTML.
+        run_names, run_ids: the sweep's rows (same order).
+        golden: the golden set's dataset as the UI writes it, ``name (digest)``.
+        headline: the headline metrics the baseline row has, in :data:`HEADLINE` order.
+
+    Checked:
+
+    * runs table: every row's name, the golden dataset on every row, a duration per row;
+    * run page: the dataset, a duration, the headline metrics first in its metrics table
+      and in :data:`HEADLINE` order;
+    * compare view: every row's name and run id, a duration per row, ``mrr``.
     """
     problems = []
     table, compare, page = (text_of(dom.get(k, "")) for k in ("runs_table", "compare", "run_page"))
+    n = len(run_names)
     for name in run_names:
-        if name not in table:
-            problems.append(f"runs table: row {name!r} not shown")
-        if name not in compare:
+        if not _has(table, name):
+            problems.append(f"runs table: row {name!r} not shown (a row logged before rows "
+                            "were tagged mlflow.runType=evaluation stays folded under its "
+                            "sweep's parent run)")
+        if not _has(compare, name):
             problems.append(f"compare view: row {name!r} not shown")
-    for m in ("mrr", "recall_at_8"):
-        if m not in compare:
-            problems.append(f"compare view: metric {m} not listed")
-    if golden_name not in page:
-        problems.append(f"run page: dataset {golden_name!r} not shown")
-    if duration_s >= 1 and not re.search(r"\b\d+(\.\d+)?\s?(s|sec|min|m)\b", page):
+    if table.count(golden) < n:
+        problems.append(f"runs table: dataset {golden!r} shown on {table.count(golden)} of "
+                        f"{n} rows")
+    for where, text in (("runs table", table), ("compare view", compare)):
+        if len(_DURATION.findall(text)) < n:
+            problems.append(f"{where}: fewer durations than rows")
+    for rid in run_ids:
+        if not _has(compare, rid):
+            problems.append(f"compare view: run id {rid} not shown")
+    if not _has(compare, "mrr"):
+        problems.append("compare view: metric mrr not shown")
+    if golden not in page:
+        problems.append(f"run page: dataset {golden!r} not shown")
+    if not _DURATION.search(page.split("Duration", 1)[-1][:40]):
         problems.append("run page: no duration shown")
+    metrics = page.split("Metric Value", 1)[-1] if "Metric Value" in page else ""
+    if headline and not _in_order(metrics, headline):
+        problems.append("run page: metrics table does not list " + ", ".join(headline)
+                        + " in that order")
+    elif headline and not re.match(rf"\s*{re.escape(headline[0])}\b", metrics):
+        problems.append(f"run page: metrics table does not start with {headline[0]}")
     return problems
 
 
@@ -182,25 +260,32 @@ def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,
                 port: int | None = None, binary: str | None = None) -> SweepPages:
     """Start ``mlflow server`` on ``uri``, capture the three pages of one sweep into
     ``out_dir`` (``runs_table.png``, ``run_page.png``, ``compare.png``, with their DOMs as
-    ``*.html``), stop the server, and check the pages (:func:`check_pages`).
+    ``*.html`` and the server's log as ``mlflow_server.log``), stop the server, and check the
+    pages (:func:`check_pages`).
 
     Args:
         sweep_id: the sweep (default: the newest sweep of the experiment).
         experiment: the experiment's name or corpus (default: the newest sweep's).
+        port: the server's port on 127.0.0.1 (default: a free one).
+        binary: the chromium executable (default: :func:`chromium_binary`).
 
     Raises:
         ScreenshotError: no chromium, no sweep in the ledger, the server or chromium failed.
         LedgerError: the store cannot be opened.
     """
-    from rag.ledger.mlflow_store import Ledger
+    from rag.ledger.mlflow_store import DATASET_DIGEST_CHARS, Ledger
 
     binary = binary or chromium_binary()
     if binary is None:
         raise ScreenshotError("chromium is not installed (Debian: apt-get install chromium; "
                               "`make sysdeps` does it)")
+    if sweep_id is not None and "'" in sweep_id:
+        raise ScreenshotError(f"--sweep {sweep_id!r}: a sweep id holds no quote")
     ledger = Ledger(uri, create=False)
     exps = [e for e in ledger.experiments(prefix)
             if experiment is None or e.name in (experiment, f"{prefix}-{experiment}")]
+    if experiment is not None and not exps:
+        raise ScreenshotError(f"--experiment {experiment!r}: no such experiment in {uri}")
     where = f"tags.sweep_id = '{sweep_id}'" if sweep_id else "tags.sweep_id != ''"
     rows = ledger.rows([e.experiment_id for e in exps], where=where) if exps else []
     if not rows:
@@ -209,18 +294,21 @@ def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,
     sweep_id = sweep_id or max(rows, key=lambda r: r.info.start_time).data.tags["sweep_id"]
     rows = [r for r in rows if r.data.tags.get("sweep_id") == sweep_id]
     exp_id = rows[0].info.experiment_id
+    rows = [r for r in rows if r.info.experiment_id == exp_id]  # a suite: its first corpus
     base = next((r for r in rows if r.data.tags.get("is_baseline") == "true"), rows[0])
     names = [r.info.run_name for r in rows]
-    golden = next((d.dataset.name for d in (base.inputs.dataset_inputs if base.inputs else [])), "")
-    duration = ((base.info.end_time or 0) - (base.info.start_time or 0)) / 1000
+    datasets = base.inputs.dataset_inputs if base.inputs else []
+    golden = (f"{datasets[0].dataset.name} ({datasets[0].dataset.digest})" if datasets
+              else f"? ({base.data.tags.get('golden_fingerprint', '')[:DATASET_DIGEST_CHARS]})")
+    headline = [m for m in HEADLINE if m in base.data.metrics]
     out_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    root = f"http://127.0.0.1:{port}/"
+    root = f"http://{UI_HOST}:{port}/"
     ids = json.dumps([r.info.run_id for r in rows])
-    urls = {"runs_table": f"{root}#/experiments/{exp_id}",
-            "run_page": f"{root}#/experiments/{exp_id}/runs/{base.info.run_id}",
+    urls = {"runs_table": f"{root}#/experiments/{exp_id}/runs?{UI_QUERY}",
+            "run_page": f"{root}#/experiments/{exp_id}/runs/{base.info.run_id}?{UI_QUERY}",
             "compare": (f"{root}#/compare-runs?runs={urllib.parse.quote(ids)}"
-                        f"&experiments={urllib.parse.quote(json.dumps([exp_id]))}")}
+                        f"&experiments={urllib.parse.quote(json.dumps([exp_id]))}&{UI_QUERY}")}
     pages = SweepPages(experiment_id=exp_id, sweep_id=sweep_id, run_names=names)
     dom: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rag-chromium-") as profile:
@@ -228,12 +316,13 @@ def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,
         try:
             for name, url in urls.items():
                 png = out_dir / f"{name}.png"
-                dom[name] = capture(binary, url, png, profile=Path(profile))
+                dom[name] = capture(binary, url, png, profile=Path(profile), window=WINDOWS[name])
                 (out_dir / f"{name}.html").write_text(dom[name], encoding="utf-8")
                 pages.files[name] = png
         finally:
             stop_server(server)
-    pages.problems = check_pages(dom, run_names=names, golden_name=golden, duration_s=duration)
+    pages.problems = check_pages(dom, run_names=names, run_ids=[r.info.run_id for r in rows],
+                                 golden=golden, headline=headline)
     return pages
 
 
