@@ -261,9 +261,14 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     how = ("reused in this process" if stats.get("index_reused")
            else "chunks loaded from the chunk store, no file read" if not stats.get("corpus_read")
            else "corpus read and chunked")
+    from rag.stages import category_lengths
+
+    lengths = category_lengths(cfg)
+    cut = (f"{cfg.embedder.max_seq_length} (" + ", ".join(f"{k} {v}" for k, v in lengths.items())
+           + ")" if lengths else f"{cfg.embedder.max_seq_length}")
     print(f"  index ({how}): {stats.get('files_indexed')} files, {stats.get('chunks')} chunks, "
           f"chunks embedded: {stats.get('chunks_embedded')}, from cache: "
-          f"{stats.get('chunks_from_cache')}, truncated at {cfg.embedder.max_seq_length} "
+          f"{stats.get('chunks_from_cache')}, truncated at {cut} "
           f"word pieces: " + (f"{stats['chunks_truncated']} "
                               f"({100 * stats.get('chunks_truncated_share', 0):.1f}%)"
                               if stats.get("chunks_truncated") is not None

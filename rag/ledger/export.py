@@ -18,9 +18,10 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported when a table is made: `rag --help` and `rag search`
+    import pandas as pd  # build this command's parser and must not pay for it
 
 FORMATS = ("csv", "json", "parquet")
 
@@ -54,6 +55,8 @@ def ledger_table(ledger: Any, *, prefix: str = "rag", experiment: str | None = N
     Raises:
         ExportError: see :func:`select_experiments`.
     """
+    import pandas as pd
+
     from rag.ledger.metric_groups import ordered
 
     def iso(ms: int | None) -> str | None:
