@@ -117,3 +117,33 @@ def test_pareto_plot_labels_every_point():
     assert list(line.get_xdata()) == [1.0, 20.0] and list(line.get_ydata()) == [0.60, 0.62]
     assert len(ax.collections[0].get_offsets()) == 2
     assert ax.get_xscale() == "log"  # 1 .. 30 ms spans more than a factor of 10
+
+
+def test_pareto_labels_of_crowded_points_do_not_overlap():
+    """Three rows at almost the same place (a routing sweep's dense, hybrid and auto jobs)
+    and one far away: four labels, none over another, all inside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from rag.ledger.figures import pareto
+
+    df = pd.DataFrame({"latency_p50_ms": [0.3, 105.0, 49.0, 108.0],
+                       "mrr": [0.5, 1.0, 1.0, 1.0],
+                       "label": ["search.mode=bm25", "search.mode=dense", "search.mode=hybrid",
+                                 "search.mode=auto"]})
+    fig = pareto(df)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    assert sorted(boxes) == sorted(df.label)
+    names = list(boxes)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not boxes[a].overlaps(boxes[b]), (a, b)
+    inside = ax.get_window_extent(renderer)
+    for name, box in boxes.items():
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, name
+        assert inside.y0 <= box.y0 and box.y1 <= inside.y1, name
+    # each label starts or ends 5 points from its own point
+    for t in ax.texts:
+        assert abs(t.xyann[0]) == 5 and t.xy in {(x, y) for x, y in zip(df.latency_p50_ms, df.mrr)}

@@ -117,6 +117,12 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert first[:4] == ["sym-auth-callback", "Q0", "src/shop/payments.py#handleAuthCallback", "1"]
     report = (tmp_path / "ledger.md").read_text()
     assert run.info.run_id[:8] in report and "GENERATED FILE" in report
+    # the report embeds the row's pictures, copied beside it
+    for name, title in (("score_histograms", "Scores of positives and negatives"),
+                        ("risk_coverage", "Risk–coverage")):
+        link = f"figures/{run.info.run_id[:12]}/{name}.png"
+        assert f"![{title}]({link})" in report
+        assert (tmp_path / link).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # second run: everything comes from the embedding cache
     stages.clear()

@@ -125,6 +125,11 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
     assert section.returncode == 0, section.stderr
     text = (tmp_path / "routing.md").read_text()
     assert "Sweep `routing`" in text and "baseline" in text and "(p " in text
+    # the section embeds the sweep's pictures, drawn beside the report
+    links = re.findall(r"!\[[^]]+\]\((figures/sweep-[^)]+\.png)\)", text)
+    assert sorted(Path(p).name for p in links) == ["delta_mrr.png", "pareto.png",
+                                                   "rank_vs_baseline.png"]
+    assert all((tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in links)
     assert len(re.findall(r"^\| `[0-9a-f]{8}`", text, flags=re.M)) == 4  # one line per row
 
 

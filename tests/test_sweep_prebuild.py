@@ -117,7 +117,7 @@ def _assert_same_rows(a, b) -> None:
     assert a["search.mode=dense"].data.tags["is_baseline"] == "true"
     assert b["search.mode=dense"].data.tags["is_baseline"] == "true"
     quality = ("mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate")
-    significance = [f"{m}_{s}" for m in ("mrr", "recall_at_8", "ndcg_at_10")
+    significance = [f"vs_baseline/{m}_{s}" for m in ("mrr", "recall_at_8", "ndcg_at_10")
                     for s in ("delta", "p", "p_holm")]
     for label in ROUTING_JOBS:
         ma, mb = a[label].data.metrics, b[label].data.metrics

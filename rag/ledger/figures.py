@@ -219,10 +219,6 @@ def pareto(frame: pd.DataFrame, *, cost: str = "latency_p50_ms", gain: str = "mr
     ax.scatter(rest[cost], rest[gain], color="0.55", label="dominated", zorder=2)
     line = df[front].sort_values(cost)
     ax.plot(line[cost], line[gain], "o-", color="C3", label="Pareto front", zorder=3)
-    for i, r in df.iterrows():
-        dy = 6 if i % 2 == 0 else -10  # alternate above/below: neighbours overlap less
-        ax.annotate(str(r[label]), (r[cost], r[gain]), xytext=(5, dy), textcoords="offset points",
-                    fontsize=7)
     lo, hi = df[cost].min(), df[cost].max()
     if lo > 0 and hi / lo > 10:
         ax.set_xscale("log")
@@ -233,7 +229,51 @@ def pareto(frame: pd.DataFrame, *, cost: str = "latency_p50_ms", gain: str = "mr
     ax.set_title((title or f"{gain} against {cost}, one point per row")
                  + (f" ({missing} without values left out)" if missing else ""))
     ax.legend(fontsize=8)
+    label_points(fig, ax, df[cost].tolist(), df[gain].tolist(), [str(v) for v in df[label]])
     return fig
+
+
+# label positions tried in turn, as (dx, dy) offsets in points from the point; a negative dx
+# puts the label's right end there
+_LABEL_OFFSETS = [(dx, dy) for dy in (4, -11, 14, -21, 24, -31, 34, -41) for dx in (5, -5)]
+
+
+def label_points(fig: Any, ax: Any, xs: Sequence[float], ys: Sequence[float],
+                 labels: Sequence[str], *, fontsize: float = 7) -> list[Any]:
+    """Write ``labels[i]`` beside the point ``(xs[i], ys[i])`` of ``ax``, **every point
+    labelled**, each label at the first offset of :data:`_LABEL_OFFSETS` where it overlaps no
+    label placed before it and stays inside the axes (in display space, after the figure's
+    layout); where none is free, the first. Returns the annotations, in input order."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    fig.draw_without_rendering()  # constrained layout: axes at their final place
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    out: list[Any] = [None] * len(labels)
+    for i in sorted(range(len(labels)), key=lambda k: (xs[k], ys[k])):
+        best = None
+        for dx, dy in _LABEL_OFFSETS:
+            ann = ax.annotate(labels[i], (xs[i], ys[i]), xytext=(dx, dy),
+                              textcoords="offset points", fontsize=fontsize,
+                              ha="left" if dx > 0 else "right", va="bottom")
+            box = ann.get_window_extent(renderer)
+            free = (not any(box.overlaps(b) for b in placed) and box.x0 >= inside.x0
+                    and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1)
+            if free:
+                if best is not None:
+                    best[0].remove()
+                best = (ann, box)
+                break
+            if best is None:
+                best = (ann, box)
+            else:
+                ann.remove()
+        out[i] = best[0]
+        placed.append(best[1])
+    return out
 
 
 def _ranks(per_query: pd.DataFrame) -> pd.Series:
