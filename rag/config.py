@@ -807,9 +807,10 @@ def validate(cfg: DictConfig) -> None:
     if not 0.0 <= float(cfg.eval.min_overlap) <= 1.0:
         raise ValueError(f"eval.min_overlap must be in [0, 1] (0: any overlap), got {cfg.eval.min_overlap}")
     lk = cfg.links
-    if lk.top_n < 1 or lk.concurrency < 1 or not lk.timeout_s > 0 or not lk.budget_s > 0:
-        raise ValueError("need links.top_n >= 1, links.concurrency >= 1, links.timeout_s > 0 and "
-                         f"links.budget_s > 0, got {lk.top_n}, {lk.concurrency}, {lk.timeout_s}, "
+    if (lk.top_n < 1 or lk.concurrency < 1 or not 0 < lk.timeout_s < 86_400
+            or not 0 < lk.budget_s < 86_400):
+        raise ValueError("need links.top_n >= 1, links.concurrency >= 1, and links.timeout_s "
+                         f"and links.budget_s in (0, 86400) seconds, got {lk.top_n}, {lk.concurrency}, {lk.timeout_s}, "
                          f"{lk.budget_s}")
     if cfg.corpus.url_template:
         from rag.trace_links import check_url_template

@@ -16,14 +16,16 @@ def compose_config(overrides: list[str]):
 
     Raises:
         ValueError: an override key the schema does not know (naming the closest key, as
-            ``python -m rag.run`` does).
+            ``python -m rag.run`` does), or a value it cannot take.
         hydra.errors.ConfigCompositionException / OmegaConf errors: a bad value.
     """
     from hydra import compose, initialize_config_dir
 
-    from rag.config import check_override_keys, project_root, register_configs
+    from rag.config import (check_override_keys, check_override_values, project_root,
+                            register_configs)
 
     check_override_keys(list(overrides))
+    check_override_values(list(overrides))  # a bad value or group option: one line, exit 2
     register_configs()
     with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)

@@ -81,6 +81,16 @@ def check_url_template(template: str, *, key: str = "corpus.url_template") -> No
                         "logged and shown)")
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise LinkError(f"{key}={template!r}: must be an http:// or https:// URL with a host")
+    # the host is the template's own: a placeholder there would send the link check to hosts
+    # named by the corpus's paths (https://{path} -> https://src/...)
+    raw = urllib.parse.urlsplit(template)
+    if "{" in raw.scheme + raw.netloc or "}" in raw.scheme + raw.netloc:
+        raise LinkError(f"{key}={template!r}: no placeholder in the scheme or host; the "
+                        "placeholders belong in the path, query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not 0-65535
+    except ValueError:
+        raise LinkError(f"{key}={template!r}: the port must be a number in 0-65535") from None
     if any(c.isspace() for c in template):
         raise LinkError(f"{key}={template!r}: a URL has no spaces (write %20)")
     try:

@@ -93,6 +93,38 @@ def test_check_encoder_settings(monkeypatch):
         check_encoder_settings(_embedder_cfg(max_seq_by_category={"documentation": 4}))
 
 
+def test_lengths_above_the_models_positions_are_refused(compose):
+    from rag.config import validate
+
+    # all-MiniLM-L6-v2's config.json: max_position_embeddings 512
+    validate(compose(["embedder.max_seq_length=512", "corpus.path=/tmp"]))
+    with pytest.raises(ValueError, match="max_seq_length must be <= 512"):
+        validate(compose(["embedder.max_seq_length=513", "corpus.path=/tmp"]))
+    with pytest.raises(ValueError, match="max_seq_by_category.documentation must be <= 512"):
+        validate(compose(["embedder.max_seq_by_category.documentation=2000", "corpus.path=/tmp"]))
+
+
+def test_links_bounds_must_be_finite(compose):
+    from rag.config import validate
+
+    for bad in ("links.budget_s=inf", "links.timeout_s=1e300", "links.timeout_s=nan"):
+        with pytest.raises(ValueError, match=r"in \(0, 86400\) seconds"):
+            validate(compose([bad, "corpus.path=/tmp"]))
+
+
+def test_rag_search_refuses_a_bad_value_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "a.py").write_text("def f():\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "rag.cli", "search", "f", "-r", str(tmp_path),
+                           "search.mode=bm25", "embedder.backend=cuda"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: embedder.backend='cuda': Invalid value 'cuda', expected one of [torch, onnx]"]
+
+
 def test_a_composed_config_refuses_bfloat16_here_or_runs_it(compose):
     from rag.config import validate
 

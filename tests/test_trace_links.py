@@ -50,6 +50,9 @@ def hit(path: str, start: int = 3, end: int = 9):
     ("https://h/{path:>9}", "no format spec"),
     ("https://h/{path", "expected '}'"),
     ("https://h/a b/{path}", "no spaces"),
+    ("https://{path}", "no placeholder in the scheme or host"),
+    ("https://{commit}.example.org/{path}", "no placeholder in the scheme or host"),
+    ("https://h:abc/{path}", "port must be a number"),
 ])
 def test_bad_templates_are_refused_by_name(template, problem):
     with pytest.raises(LinkError) as err:

@@ -666,9 +666,28 @@ def check_encoder_settings(e: Any) -> None:
                              f"needs embedder.dtype=float32 (got {dtype}): the two runtimes' "
                              "quantized models differ, so queries and chunks would not share "
                              "one vector space")
+    limit = _position_limit(e) if kind != "model2vec" else None
+    if limit is not None and int(getattr(e, "max_seq_length", 0) or 0) > limit:
+        raise ValueError(f"embedder.max_seq_length must be <= {limit}, the model's "
+                         f"max_position_embeddings, got {e.max_seq_length}")
     lengths = getattr(e, "max_seq_by_category", None) or {}
     items = lengths.items() if hasattr(lengths, "items") else vars(lengths).items()
     for category, n in items:
         if n is not None and int(n) < 8:
             raise ValueError(f"embedder.max_seq_by_category.{category} must be >= 8 word "
                              f"pieces (or null), got {n}")
+        if n is not None and limit is not None and int(n) > limit:
+            raise ValueError(f"embedder.max_seq_by_category.{category} must be <= {limit}, the "
+                             f"model's max_position_embeddings, got {n}")
+
+
+def _position_limit(e: Any) -> int | None:
+    """The model's ``max_position_embeddings`` (its config.json), or None when the model or
+    the key cannot be read here (loading the model then reports what is wrong)."""
+    import json
+
+    try:
+        path, _ = resolve_model_path(str(e.model_path))
+        return int(json.loads((path / "config.json").read_text())["max_position_embeddings"])
+    except (ModelNotFoundError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
