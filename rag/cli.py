@@ -235,17 +235,16 @@ def _diff(args: argparse.Namespace) -> int:
     except (LookupError, LedgerError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        from rag.review import use_color
+    from rag.review import use_color
 
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        elif use_color(args.color, sys.stdout):
-            print_rich(summary)
-        else:
-            print(render_text(summary))
-    except BrokenPipeError:  # `rag diff ... | head`
-        sys.stderr.close()
+    # a closed stdout (`rag diff ... | head`) raises BrokenPipeError: guarded (main) makes it
+    # exit 141 without a traceback
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif use_color(args.color, sys.stdout):
+        print_rich(summary)
+    else:
+        print(render_text(summary))
     return 0
 
 

@@ -676,9 +676,18 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
     Raises:
         GateError: a bad margin, alpha or metric list (one line).
     """
+    from rag.eval.metric_names import TAG_PREFIX, split_tag_metric
+
     d = GateOptions()
-    metrics = tuple(m.strip() for v in (args.metrics or []) for m in v.split(",") if m.strip()) \
-        or d.metrics
+    # de-duplicated, in order: a metric (or tag) named twice would enlarge the Holm family
+    metrics = tuple(dict.fromkeys(m.strip() for v in (args.metrics or []) for m in v.split(",")
+                                  if m.strip())) or d.metrics
+    for m in metrics:
+        if m.startswith(TAG_PREFIX):
+            tag = (split_tag_metric(m) or ("TAG", m))[0]
+            base = (split_tag_metric(m) or (None, "METRIC"))[1]
+            raise GateError(f"--metrics {m!r}: a per-tag metric is not gated by name; give "
+                            f"--metrics {base} --tags {tag} (or --per-tag for every tag)")
     margin, margins = d.margin, {}
     for v in args.margin or []:
         key, sep, value = v.rpartition("=")
@@ -689,12 +698,18 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
         if not (math.isfinite(x) and x >= 0):
             raise GateError(f"--margin {v!r}: the margin must be a finite number >= 0")
         if sep:
+            key = key.strip()
+            known = key in metrics or (
+                (st := split_tag_metric(key)) is not None and st[1] in metrics)
+            if not known:
+                raise GateError(f"--margin {v!r}: {key or '(empty)'!s} is not a gated metric "
+                                f"(gated: {', '.join(metrics)})")
             margins[key] = x
         else:
             margin = x
     if not (0 < args.alpha < 1):
         raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
-    tags = tuple(t.strip() for t in (args.tags or "").split(",") if t.strip())
+    tags = tuple(dict.fromkeys(t.strip() for t in (args.tags or "").split(",") if t.strip()))
     return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
                        alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags)
 
@@ -756,10 +771,59 @@ def row_by_name(ledger: Any, name: str) -> str:
     return rows[0].info.run_id
 
 
-def _write(path: str | None, text: str) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
+def check_writable(path: str | None) -> None:
+    """Refuse an output file (``--junit`` / ``--markdown``) that cannot be written, before the
+    gate runs: a directory, a parent that is not a directory or cannot be made, a path without
+    write permission. Creates missing parent directories (as writing would).
+
+    Raises:
+        GateError: ``cannot write FILE: reason`` (one line).
+    """
+    import os
+
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise GateError(f"cannot write {path}: it is a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not p.parent.is_dir():
+        raise GateError(f"cannot write {path}: {p.parent} is not a directory")
+    if not os.access(p if p.exists() else p.parent, os.W_OK):
+        raise GateError(f"cannot write {path}: permission denied")
+
+
+def _write_all(files: Sequence[tuple[str | None, str]]) -> None:
+    """Write every (path, text) with a path.
+
+    Raises:
+        GateError: ``cannot write FILE: reason`` (an OSError while writing).
+    """
+    for path, text in files:
+        if not path:
+            continue
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise GateError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf) replaced by None: JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
 
 
 def run(args: argparse.Namespace, rest: Sequence[str] = (),
@@ -787,6 +851,12 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
         return ledger
 
     cand_label = "fresh run" if args.fresh else (extra[0] if extra else "?")
+    try:  # before anything runs: no file is written when either cannot be
+        for path in (args.junit, args.markdown):
+            check_writable(path)
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
     try:
         options = options_from_args(args)
         if args.fresh:
@@ -812,27 +882,32 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
         result = compare(base, cand, options)
     except GateError as exc:
         msg = str(exc)
+        try:
+            _write_all([(args.junit, render_junit(None, error=msg, baseline=args.baseline,
+                                                  candidate=cand_label)),
+                        (args.markdown, f"## rag gate: COULD NOT COMPARE\n\n{msg}\n")])
+        except GateError as write_exc:
+            msg = f"{msg}; and {write_exc}"
         print(f"error: {msg}", file=sys.stderr)
-        _write(args.junit, render_junit(None, error=msg, baseline=args.baseline,
-                                        candidate=cand_label))
-        _write(args.markdown, f"## rag gate: COULD NOT COMPARE\n\n{msg}\n")
         if args.json:
-            print(json.dumps({"verdict": "cannot_compare", "exit_code": EXIT_CANNOT_COMPARE,
-                              "error": msg}, indent=2))
+            print(_json({"verdict": "cannot_compare", "exit_code": EXIT_CANNOT_COMPARE,
+                         "error": msg}))
         return EXIT_CANNOT_COMPARE
     md = render_markdown(result)
-    _write(args.junit, render_junit(result))
-    _write(args.markdown, md)
     try:
-        if args.json:
-            print(json.dumps(result.as_json(), indent=2))
-        elif args.markdown:
-            print(f"rag gate: {result.verdict} ({len(result.regressions)} regression(s), "
-                  f"{len(result.improvements)} improvement(s)); summary in {args.markdown}")
-        else:
-            print(md, end="")
-    except BrokenPipeError:
-        sys.stderr.close()
+        _write_all([(args.junit, render_junit(result)), (args.markdown, md)])
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    # a closed stdout (`rag gate ... | head`) raises BrokenPipeError: rag.exit_codes.guarded
+    # makes it exit 141 without a traceback
+    if args.json:
+        print(_json(result.as_json()))
+    elif args.markdown:
+        print(f"rag gate: {result.verdict} ({len(result.regressions)} regression(s), "
+              f"{len(result.improvements)} improvement(s)); summary in {args.markdown}")
+    else:
+        print(md, end="")
     return result.exit_code
 
 

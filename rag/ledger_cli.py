@@ -103,8 +103,14 @@ def export_command(args: argparse.Namespace) -> int:
     except (ExportError, LedgerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if args.out in (None, "-"):
+            raise  # a closed stdout: rag.exit_codes.guarded exits 141 without a traceback
+        print(f"error: cannot write {args.out}: Broken pipe", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: cannot write {args.out or 'standard output'}: {exc.strerror or exc}",
+              file=sys.stderr)
         return 2
     if args.out not in (None, "-"):
         print(f"wrote {len(table)} ledger row(s) to {args.out}", file=sys.stderr)

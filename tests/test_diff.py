@@ -171,3 +171,21 @@ def test_negatives_whose_abstention_changed_are_listed():
     assert old["negatives"] == 0 and old["negatives_changed"] == []
     text = render_text(summarize([], run_a="A", run_b="B") | got)
     assert "3 shared negatives: A abstained on 2, B on 2" in text and "n2: A returned -> B dropped" in text
+
+
+def test_rag_diff_to_a_closed_stdout_exits_141_silently(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    uri, ids = _store(tmp_path)
+    for extra in ([], ["--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "rag", "diff", ids["a"], ids["b"],
+                                   "--tracking-uri", uri, *extra], stdout=w,
+                                  stderr=subprocess.PIPE, text=True, timeout=300)
+        finally:
+            os.close(w)
+        assert proc.returncode == 141 and proc.stderr == "", (extra, proc.stderr[-2000:])

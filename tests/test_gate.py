@@ -420,6 +420,134 @@ def test_fresh_runs_the_baselines_condition_plus_the_overrides_given(store, caps
     assert "## rag gate: REGRESSION" in capsys.readouterr().out
 
 
+def test_unwritable_output_files_are_refused_before_anything_runs(store, capsys, tmp_path):
+    from rag.cli import build_parser, main
+    from rag.gate import run as gate_run
+
+    uri, ids, _, _ = store
+    good = tmp_path / "ok" / "gate.md"
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    for bad, why in [(str(tmp_path), "it is a directory"), ("/proc/nope/x", ""),
+                     (str(plain / "gate.xml"), "")]:
+        for flag, other in (("--junit", "--markdown"), ("--markdown", "--junit")):
+            code = main(["gate", ids["base"], ids["drop"], "--tracking-uri", uri, flag, bad,
+                         other, str(good)])
+            err = capsys.readouterr().err.splitlines()
+            assert code == EXIT_CANNOT_COMPARE, (bad, flag)
+            assert len(err) == 1 and err[0].startswith(f"error: cannot write {bad}: "), err
+            assert why in err[0] and "Traceback" not in err[0]
+            assert not good.exists()  # nothing written when either cannot be
+    # --fresh does not run either
+    ran = []
+    parser = build_parser()
+    args, rest = parser.parse_known_args(["gate", ids["base"], "--fresh", "search.mode=bm25",
+                                          "--tracking-uri", uri, "--junit", str(tmp_path)])
+    assert gate_run(args, rest, parser, fresh=lambda *a, **k: ran.append(a)) == 2 and not ran
+    assert capsys.readouterr().err.startswith(f"error: cannot write {tmp_path}: ")
+    # an OSError while writing (a full device) is one error line too
+    if Path("/dev/full").exists():
+        for argv in ([ids["base"], ids["drop"]], [ids["base"], ids["flask"]]):
+            code = main(["gate", *argv, "--tracking-uri", uri, "--junit", "/dev/full"])
+            out, err = capsys.readouterr()
+            assert code == EXIT_CANNOT_COMPARE and len(err.splitlines()) == 1, err
+            assert "cannot write /dev/full: No space left on device" in err
+
+
+def test_metric_options_are_checked_and_de_duplicated(store, capsys):
+    from rag.cli import build_parser, main
+    from rag.gate import options_from_args
+
+    uri, ids, _, _ = store
+    for argv, why in [
+            (["--metrics", "tag.prose.mrr"], "--metrics 'tag.prose.mrr': a per-tag metric is "
+                                             "not gated by name; give --metrics mrr --tags prose"),
+            (["--metrics", "mrr,tag.nosuch.mrr"], "--tags nosuch (or --per-tag"),
+            (["--margin", "mmr=0.05"], "--margin 'mmr=0.05': mmr is not a gated metric (gated: "
+                                       "mrr, recall_at_8, ndcg_at_10, answer_support_rate)"),
+            (["--margin", "=0.1"], "--margin '=0.1': (empty) is not a gated metric"),
+            (["--margin", "mrr=0.1=0.2"], "mrr=0.1 is not a gated metric"),
+            (["--metrics", "mrr", "--margin", "ndcg_at_10=0.1"], "(gated: mrr)")]:
+        assert main(["gate", ids["base"], ids["drop"], "--tracking-uri", uri, *argv]) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and why in err[0], (argv, err)
+    parser = build_parser()
+    args, _ = parser.parse_known_args(["gate", "a", "b", "--metrics", "mrr,mrr", "--metrics",
+                                       "recall_at_8,mrr", "--tags", "prose,prose",
+                                       "--margin", "tag.prose.mrr=0.2"])
+    o = options_from_args(args)
+    assert o.metrics == ("mrr", "recall_at_8") and o.tags == ("prose",) and o.per_tag
+    assert o.margin_for("tag.prose.mrr") == 0.2
+    # one Holm family of 2 headline + 2 per-tag checks, not 3 + 6
+    assert main(["gate", ids["base"], ids["drop"], "--tracking-uri", uri, "--metrics", "mrr,mrr",
+                 "--tags", "prose,prose", "--json"]) == 1
+    j = json.loads(capsys.readouterr().out)
+    assert [c["metric"] for c in j["checks"]] == ["mrr", "tag.prose.mrr"]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("metrics: {mrr: .nan}\n", "expected.yaml: metrics.mrr: value must be a finite number"),
+    ("metrics: {mrr: .inf}\n", "expected.yaml: metrics.mrr: value must be a finite number"),
+    ("metrics: {mrr: {value: 1.0, tolerance: .nan}}\n",
+     "expected.yaml: metrics.mrr: tolerance must be a finite number >= 0"),
+    ("overrides: search.mode=bm25\nmetrics: {mrr: 1.0}\n",
+     "expected.yaml: overrides must be a list of KEY=VALUE strings"),
+    ("overrides: [1, 2]\nmetrics: {mrr: 1.0}\n",
+     "expected.yaml: overrides must be a list of KEY=VALUE strings"),
+    ("corpus: shop\n\tmetrics: {mrr: 1.0}\n", "expected.yaml:2:1: found character '\\t' that "
+                                             "cannot start any token (not valid YAML)"),
+    (b"corpus: \xff\xfe shop\nmetrics: {mrr: 1.0}\n", "expected.yaml: not UTF-8 text"),
+])
+def test_bad_expected_yaml_is_one_error_line(store, capsys, tmp_path, text, why):
+    from rag.cli import main
+
+    uri, ids, _, _ = store
+    exp = tmp_path / "expected.yaml"
+    exp.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["gate", str(exp), ids["same"], "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and why in err[0], err
+
+
+def test_a_pinned_table_that_is_not_utf8_is_one_error_line(store, capsys, tmp_path):
+    from rag.cli import main
+
+    uri, ids, _, _ = store
+    edited = tmp_path / "golden"
+    shutil.copytree(FIXTURE / "golden", edited)
+    (edited / "expected_per_query.csv").write_bytes(b"query_id,kind\n\xff\xfe,positive\n")
+    assert main(["gate", str(edited), ids["same"], "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "expected_per_query.csv: not UTF-8 text" in err[0], err
+
+
+def test_json_never_prints_nan():
+    from rag.gate import _json
+
+    opts = GateOptions(metrics=("mrr",))
+    r = compare(side(None, "row a", metrics={"mrr": float("nan")}),
+                side(None, metrics={"mrr": 0.5}), opts)
+    text = _json(r.as_json())
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["checks"][0]["baseline"] is None
+
+
+def test_gate_to_a_closed_stdout_exits_141_silently(store):
+    import os
+
+    uri, ids, _, _ = store
+    for extra in ([], ["--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "rag", "gate", ids["base"], ids["drop"],
+                                   "--tracking-uri", uri, *extra], stdout=w,
+                                  stderr=subprocess.PIPE, text=True, cwd=PROJECT, timeout=300)
+        finally:
+            os.close(w)
+        assert proc.returncode == 141 and proc.stderr == "", (extra, proc.stderr[-2000:])
+
+
 # --- real rows of the fixture corpus -------------------------------------------------------
 
 FIXTURE_CONDITION = ["corpus.name=tinyshop", f"corpus.path={FIXTURE / 'corpus'}",

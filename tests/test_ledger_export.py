@@ -118,3 +118,24 @@ def test_a_missing_store_is_not_created(tmp_path, capsys):
     assert rag_cli(["ledger", "export", "--tracking-uri", uri]) == 2
     assert capsys.readouterr().err.startswith(f"error: cannot open the ledger at {uri}")
     assert not (tmp_path / "none.db").exists()
+
+
+def closed_stdout_run(*argv: str):
+    """``python -m rag ARGV`` with a stdout pipe whose reader has already gone (``| true``)."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "rag", *argv], stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(w)
+
+
+def test_export_to_a_closed_stdout_exits_141_silently(ledger_uri):
+    uri, _ = ledger_uri
+    proc = closed_stdout_run("ledger", "export", "--tracking-uri", uri)
+    assert proc.returncode == 141 and proc.stderr == "", proc.stderr[-2000:]

@@ -27,6 +27,7 @@ margin alone (``rag gate`` says so). :func:`write_expected_from_row` writes both
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -72,10 +73,18 @@ def load_expected(path: Path) -> tuple[dict[str, Any], list[Expectation]]:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ExpectedError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ExpectedError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        raise ExpectedError(f"{path}: not valid YAML ({exc})") from None
+        raise ExpectedError(_yaml_problem(path, exc)) from None
+    except ValueError as exc:  # a scalar the constructor refuses (e.g. a bad timestamp)
+        raise ExpectedError(f"{path}: not valid YAML ({_one_line(exc)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
         raise ExpectedError(f"{path}: expected a mapping with a 'metrics' mapping")
+    overrides = data.get("overrides")
+    if overrides is not None and not (isinstance(overrides, list)
+                                      and all(isinstance(o, str) for o in overrides)):
+        raise ExpectedError(f"{path}: overrides must be a list of KEY=VALUE strings")
     default_tol = data.get("tolerance", DEFAULT_TOLERANCE)
     out = []
     for name, spec in data["metrics"].items():
@@ -83,11 +92,29 @@ def load_expected(path: Path) -> tuple[dict[str, Any], list[Expectation]]:
             if isinstance(spec, dict) else (spec, default_tol)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ExpectedError(f"{path}: metrics.{name}: value must be a number, got {value!r}")
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
-            raise ExpectedError(f"{path}: metrics.{name}: tolerance must be a number >= 0, got {tol!r}")
+        if not math.isfinite(value):
+            raise ExpectedError(f"{path}: metrics.{name}: value must be a finite number, "
+                                f"got {value!r}")
+        if (isinstance(tol, bool) or not isinstance(tol, (int, float))
+                or not math.isfinite(tol) or tol < 0):
+            raise ExpectedError(f"{path}: metrics.{name}: tolerance must be a finite number "
+                                f">= 0, got {tol!r}")
         out.append(Expectation(str(name), float(value), float(tol)))
     header = {k: v for k, v in data.items() if k != "metrics"}
     return header, out
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _yaml_problem(path: Path, exc: Exception) -> str:
+    """A YAML parse error as one line: ``FILE:LINE:COL: problem`` (1-based), from the
+    exception's ``problem_mark`` and ``problem`` where it has them."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or _one_line(exc)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: {' '.join(str(problem).split())} (not valid YAML)"
 
 
 def check_expected(metrics: Mapping[str, float], expectations: list[Expectation]) -> list[str]:
@@ -186,6 +213,8 @@ def load_pinned_per_query(path: Path, header: Mapping[str, Any]) -> str | None:
     except OSError as exc:
         raise ExpectedError(f"{path}: per_query: cannot read {table} "
                             f"({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ExpectedError(f"{path}: per_query: {table}: not UTF-8 text") from None
     want = header.get("per_query_sha256")
     if not want or sha256_text(text) != str(want):
         raise ExpectedError(f"{path}: per_query: {table} does not match per_query_sha256 "
