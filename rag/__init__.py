@@ -9,5 +9,10 @@ import os
 # another training job shared the cores). Set before torch is imported (libgomp reads it
 # once, when loaded); an OMP_WAIT_POLICY already in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ONNX Runtime 1.31's telemetry (OneDS) writes a device id and an event database under
+# ~/.cache/Microsoft/DeveloperTools/.onnxruntime when its environment is created (and would
+# send them where it can reach): off unless the environment says otherwise. Nothing of this
+# project is sent anywhere.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.0"
