@@ -58,10 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="list only the queries whose rank, losing stage or answer changed")
     p_diff.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="rich tables: auto = on a terminal (default), plain text otherwise")
-    p_diff.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI; a relative sqlite path is taken from "
-                             "$RAG_OUTPUT_DIR or the project root (default: $MLFLOW_TRACKING_URI, "
-                             "else sqlite:///mlflow.db)")
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(p_diff)
     p_search = sub.add_parser("search", help="search a corpus with the configured pipeline")
     p_search.add_argument("query", help="the question or identifier")
     from rag.config import SearchMode

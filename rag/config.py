@@ -698,6 +698,18 @@ def tracking_uri(uri: str, base: Path | None = None) -> str:
     return uri
 
 
+#: ``--tracking-uri``'s help, shared by every command that reads the ledger
+TRACKING_URI_HELP = ("MLflow tracking URI; a relative sqlite path is taken from $RAG_OUTPUT_DIR "
+                     "or the project root (default: $MLFLOW_TRACKING_URI, else "
+                     "sqlite:///mlflow.db)")
+
+
+def add_tracking_uri_argument(parser: Any) -> None:
+    """Add ``--tracking-uri`` (resolved later by :func:`default_tracking_uri`) to an argparse
+    parser."""
+    parser.add_argument("--tracking-uri", default=None, help=TRACKING_URI_HELP)
+
+
 def default_tracking_uri(flag: str | None = None) -> str:
     """The ledger a command reads when ``--tracking-uri`` is not given: ``flag``, else
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` under ``$RAG_OUTPUT_DIR`` (or the

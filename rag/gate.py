@@ -665,9 +665,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the markdown summary here (default: print it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
-    p.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                        "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(p)
 
 
 def options_from_args(args: argparse.Namespace) -> GateOptions:

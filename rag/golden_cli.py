@@ -45,9 +45,9 @@ def add_parser(sub) -> None:
                     help="assumed correlation of two systems' per-query values (default 0.5)")
     pw.add_argument("--metric", action="append", default=None,
                     help=f"metric column of per_query.csv (repeatable; default {', '.join(POWER_METRICS)})")
-    pw.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                         "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(pw)
     pw.add_argument("--json", action="store_true", help="print JSON")
     ex = acts.add_parser(
         "expected",
@@ -65,9 +65,7 @@ def add_parser(sub) -> None:
                     help="output file (default: expected.yaml in the row's golden directory)")
     ex.add_argument("--tolerance", type=float, default=None,
                     help="absolute tolerance per metric (default 0.005)")
-    ex.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                         "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    add_tracking_uri_argument(ex)
     xp = acts.add_parser(
         "export",
         help="convert a golden set to TREC (topics + qrels) or BEIR (queries, qrels, corpus)",
@@ -384,9 +382,9 @@ def add_tool_parsers(acts) -> None:
     st.add_argument("--run", default=None, metavar="ROW",
                     help="the pilot ledger row (run id or unique prefix; default: the newest "
                          "row of the set's corpus, if any)")
-    st.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                         "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(st)
     st.add_argument("--json", action="store_true", help="print JSON")
 
 

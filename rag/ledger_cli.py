@@ -21,8 +21,6 @@ import argparse
 import sys
 from pathlib import Path
 
-_URI_HELP = ("MLflow tracking URI; a relative sqlite path is taken from $RAG_OUTPUT_DIR or the "
-             "project root (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
 
 
 def add_parser(sub) -> None:
@@ -48,7 +46,9 @@ def add_parser(sub) -> None:
                     help="only this experiment: its name (rag-flask-3.1.3) or its corpus "
                          "(flask-3.1.3); default: every <prefix>-* experiment")
     ex.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
-    ex.add_argument("--tracking-uri", default=None, help=_URI_HELP)
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(ex)
     add_screenshot_arguments(acts.add_parser(
         "screenshots", help="PNGs of the MLflow UI (runs table, run page, compare view) for "
                             "one sweep, taken with headless Chromium and checked",
@@ -79,7 +79,9 @@ def add_screenshot_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None,
                    help="port for the mlflow server on 127.0.0.1 (default: a free one)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--tracking-uri", default=None, help=_URI_HELP)
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ import math
 import sys
 from pathlib import Path
 
-from rag.config import default_output_dir, default_tracking_uri, expand_path, project_root
+from rag.config import (add_tracking_uri_argument, default_output_dir, default_tracking_uri,
+                        expand_path, project_root)
 from rag.ledger.mlflow_store import STALE_RUNNING_H, Ledger, LedgerError
 from rag.ledger.report import LedgerRow, render_ledger
 from rag.names import safe_component
@@ -80,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rag.report",
         description="Write the markdown ledger (one row per MLflow run) from the MLflow store.")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI; a relative sqlite path is taken from "
-                             "$RAG_OUTPUT_DIR or the project root (default: $MLFLOW_TRACKING_URI, "
-                             "else sqlite:///mlflow.db)")
+    add_tracking_uri_argument(parser)
     parser.add_argument("--out", default="reports/ledger.md",
                         help="output file; a relative path is taken from $RAG_OUTPUT_DIR or the "
                              "project root (default: reports/ledger.md)")

@@ -448,9 +448,9 @@ def add_pool_parser(sub) -> argparse.ArgumentParser:
                    help=f"hits taken from each row per query (default {DEFAULT_DEPTH})")
     p.add_argument("--out", default="pool.jsonl", metavar="FILE",
                    help="the pool file to write (default pool.jsonl)")
-    p.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                        "sqlite:///mlflow.db under $RAG_OUTPUT_DIR or the project root)")
+    from rag.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(p)
     return p
 
 
