@@ -21,7 +21,7 @@ STARTER = textwrap.dedent("""\
     import os, sys, traceback
     from pathlib import Path
     import mlflow.entities, mlflow.store.tracking.sqlalchemy_store, mlflow.tracking  # noqa
-    from rag.ledger.mlflow_store import Ledger
+    from rag.ledger.mlflow_store import Ledger, golden_input
     db, n = Path(sys.argv[1]), int(sys.argv[2])
     r, w = os.pipe()
     pids = []
@@ -33,10 +33,13 @@ STARTER = textwrap.dedent("""\
                 os.close(w)
                 os.read(r, 1)  # the start signal
                 ledger = Ledger(f"sqlite:///{db}", db.parent / "artifacts")
+                # every job logs the same golden set: its first insert is a race too
+                golden = golden_input(name="race", fingerprint="ab" * 32, source=str(db.parent))
                 rid = ledger.log_row(experiment="rag-race", run_name=f"job-{i}",
                                      params={"job": str(i)}, metrics={"mrr": i / 10},
                                      tags={"corpus": "race"},
-                                     artifacts={"per_query.csv": f"query_id,kind\\nq{i},positive\\n"})
+                                     artifacts={"per_query.csv": f"query_id,kind\\nq{i},positive\\n"},
+                                     inputs=[golden])
                 print(rid, flush=True)
                 code = 0
             except BaseException:
@@ -66,10 +69,16 @@ def test_processes_started_together_on_a_new_store_all_log_their_row(tmp_path, n
         runs = con.execute("SELECT run_uuid, status FROM runs").fetchall()
         jobs = con.execute("SELECT value FROM params WHERE key = 'job'").fetchall()
         exps = con.execute("SELECT name FROM experiments WHERE name = 'rag-race'").fetchall()
+        datasets = con.execute("SELECT name, digest FROM datasets").fetchall()
+        inputs = con.execute("SELECT destination_id FROM inputs "
+                             "WHERE destination_type = 'RUN'").fetchall()
     assert len(set(ids)) == n and sorted(ids) == sorted(r for r, _ in runs)
     assert [s for _, s in runs] == ["FINISHED"] * n
     assert sorted(int(v) for (v,) in jobs) == list(range(n))
     assert exps == [("rag-race",)]  # one experiment, created once
+    # one dataset row, inserted once, and every run linked to it
+    assert datasets == [("race", ("ab" * 32)[:len(datasets[0][1])])]
+    assert sorted(d for (d,) in inputs) == sorted(ids)
     for rid in ids:  # every row's artifact was written
         assert len(list((tmp_path / "artifacts").glob(f"*/{rid}/artifacts/per_query.csv"))) == 1
 
@@ -230,3 +239,42 @@ def test_rows_read_every_page_of_search_runs():
     assert len(rows) == 2499 and rows[0].info.run_id == "r0" and rows[-1].info.run_id == "r2499"
     assert calls == [("attributes.status = 'FINISHED' and tags.sweep_id = 'abc'", t)
                      for t in (None, "1000", "2000")]
+
+
+def test_a_first_insert_race_on_the_golden_dataset_is_retried_and_nothing_else_is():
+    """The error CI saw when two Ray jobs logged one golden set at once (SQLite), and
+    PostgreSQL's wording of the same race, are retried by the get-or-create retry; a plain
+    lock retry still raises them, and an unrelated error is not retried."""
+    from mlflow.exceptions import MlflowException
+
+    from rag.ledger.mlflow_store import with_insert_race_retry, with_lock_retry
+
+    sqlite_race = MlflowException(
+        "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+        "datasets.name, datasets.digest\n[SQL: INSERT INTO datasets ...]")
+    pg_race = MlflowException('(psycopg2.errors.UniqueViolation) duplicate key value violates '
+                              'unique constraint "dataset_pk"')
+    for race in (sqlite_race, pg_race):
+        calls = []
+
+        def log_inputs():
+            calls.append(1)
+            if len(calls) == 1:
+                raise race
+            return "logged"
+
+        assert with_insert_race_retry(log_inputs, delay_s=0.001) == "logged" and len(calls) == 2
+        calls.clear()
+        with pytest.raises(MlflowException):
+            with_lock_retry(log_inputs, delay_s=0.001)
+        assert len(calls) == 1
+
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise MlflowException("(sqlite3.DatabaseError) file is not a database")
+
+    with pytest.raises(MlflowException):
+        with_insert_race_retry(broken, delay_s=0.001)
+    assert len(calls) == 1

@@ -159,6 +159,18 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "database is locked" in str(exc) or "database is busy" in str(exc)
 
 
+#: What a store says when two writers inserted the same new row at once: MLflow's
+#: ``log_inputs`` looks a dataset up by (experiment, name, digest) and inserts it when absent,
+#: so parallel sweep jobs logging one golden set race on its first insert (SQLite, PostgreSQL).
+#: Retried, the lookup finds the winner's row and the call succeeds.
+_INSERT_RACE_ERRORS = ("unique constraint failed", "duplicate key value violates unique constraint")
+
+
+def _is_lock_or_insert_race(exc: BaseException) -> bool:
+    text = _messages(exc)
+    return _is_lock_error(exc) or any(m in text for m in _INSERT_RACE_ERRORS)
+
+
 def _messages(exc: BaseException) -> str:
     """The lower-cased messages of ``exc`` and of the exceptions it was raised from."""
     out, seen = [], set()
@@ -193,6 +205,14 @@ def with_lock_retry(fn, *args, attempts: int = 20, delay_s: float = 0.25, **kwar
     """Call ``fn``, retrying with exponential backoff (capped at 5 s per wait) while SQLite
     reports "database is locked" — parallel sweep workers share one ledger file."""
     return _retry(lambda: fn(*args, **kwargs), _is_lock_error, attempts=attempts, delay_s=delay_s)
+
+
+def with_insert_race_retry(fn, *args, attempts: int = 20, delay_s: float = 0.25, **kwargs):
+    """:func:`with_lock_retry` that also retries a unique-constraint failure
+    (:data:`_INSERT_RACE_ERRORS`): for get-or-create calls such as ``log_inputs``, where a
+    parallel job inserting the same row first is a race, not an error."""
+    return _retry(lambda: fn(*args, **kwargs), _is_lock_or_insert_race, attempts=attempts,
+                  delay_s=delay_s)
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
@@ -510,7 +530,7 @@ class Ledger:
             for i in range(0, len(ps), 90):
                 with_lock_retry(c.log_batch, rid, params=ps[i:i + 90])
             if inputs:
-                with_lock_retry(c.log_inputs, rid, datasets=list(inputs))
+                with_insert_race_retry(c.log_inputs, rid, datasets=list(inputs))
             for name, content in artifacts.items():
                 if isinstance(content, Path):  # a binary file (e.g. a PNG), logged as is
                     log_file(c, rid, name, content)
