@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
+	@# bytecode for the package, written even under PYTHONDONTWRITEBYTECODE=1: without it every
+	@# cold `rag search` compiles ~27k lines again (+0.35 s on 2 cores); stale files are recompiled
+	$(PY) -m compileall -q rag >/dev/null
 	@touch $@
 
 $(TSTAMP): $(STAMP)

@@ -781,7 +781,8 @@ def _corpus_root(args, header: dict[str, Any]) -> Path | None:
             raise ReviewError(f"--corpus-root {root}: not a directory")
         return root
     if args.overrides:
-        from rag.run import RunError, corpus_root
+        from rag.corpus.fetch import corpus_root
+        from rag.errors import RunError
         from rag.search_cli import compose_config
 
         try:

@@ -21,29 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from rag.config import (expand_path, ledger_uri, output_path, project_root, register_configs,
                         to_container, validate)
+from rag.corpus.fetch import corpus_root  # noqa: F401 - re-exported (it lived here)
 from rag.errors import RunError  # re-exported: entry points import it from here
+from rag.eval.transfer import abstention_setup  # noqa: F401 - re-exported (it lived here)
 from rag.stages import STAGES, StageCache
 
 log = logging.getLogger("rag.run")
 register_configs()
-
-
-def corpus_root(cfg: DictConfig) -> Path:
-    """The corpus directory: ``corpus.path`` if set, else the fetched sdist or npm tarball
-    (fetched once into ``paths.cache_dir``)."""
-    from rag.corpus.fetch import CorpusFetchError, fetch_npm, fetch_sdist
-
-    if cfg.corpus.path:
-        root = expand_path(cfg.corpus.path, base=Path.cwd())
-        if not root.is_dir():
-            raise RunError(f"corpus.path={cfg.corpus.path!r}: {root} is not a directory")
-        return root
-    try:
-        if cfg.corpus.npm:
-            return fetch_npm(cfg.corpus.npm, expand_path(cfg.paths.cache_dir))
-        return fetch_sdist(cfg.corpus.sdist, expand_path(cfg.paths.cache_dir))
-    except CorpusFetchError as exc:
-        raise RunError(str(exc)) from exc
 
 
 def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: bool,
@@ -140,49 +124,6 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
         cfg.corpus.include = ["**"]
     root = prepared.corpus_root or corpus_root(cfg)
     return root, prepared.golden_dir, prepared.tags
-
-
-def abstention_setup(cfg: DictConfig, options, cal, *, model_id: str, golden_fingerprint: str,
-                     has_reranker: bool, has_dense: bool):
-    """(search options, learned gate or None, tags) with the abstention the config asks for.
-
-    ``cal`` (a :class:`rag.eval.transfer.Calibration`, loaded before any indexing) is None:
-    the configured bands (source ``config``). Otherwise the bands it suggested, or its learned
-    gate, with source ``transferred`` (another golden set) or ``in_sample`` (this one); the
-    tags name it and the thresholds applied.
-
-    Raises:
-        RunError: the calibration was fitted with another embedder, has no thresholds for the
-            signal, or its gate reads a signal this run does not measure.
-    """
-    from rag.eval.transfer import TransferError, check_model, dense_bands, gate_from, options_with, source_tag
-
-    a = cfg.abstain
-    signal = str(getattr(a.signal, "value", a.signal))
-    tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
-    if cal is None:
-        tags.update(abstain_min=_num(options.min_dense), abstain_weak=_num(options.weak_dense))
-        return options, None, tags
-    ref = str(a.calibration)
-    tags.update(abstain_thresholds_source=source_tag(cal, golden_fingerprint),
-                abstain_calibration_from=cal.source)
-    try:
-        check_model(cal, ref, model_id)
-        if signal == "learned":
-            gate = gate_from(cal, ref, has_reranker=has_reranker, has_dense=has_dense)
-            tags.update(abstain_min=_num(gate.min_score), abstain_weak=_num(gate.weak_score),
-                        abstain_gate_features=",".join(gate.features))
-            return options, gate, tags
-        bands = dense_bands(cal, ref)
-    except TransferError as exc:
-        raise RunError(str(exc)) from None
-    tags.update(abstain_min=_num(bands[0]), abstain_weak=_num(bands[1]))
-    return options_with(options, bands), None, tags
-
-
-def _num(v: float | None) -> str:
-    """A threshold as a tag: 4 decimals, ``none`` when the rule flags nothing."""
-    return "none" if v is None else f"{float(v):.4f}"
 
 
 def per_query_csv(rows: list[dict[str, Any]]) -> str:

@@ -12,23 +12,34 @@ from typing import Any
 
 
 def compose_config(overrides: list[str]):
-    """The project's Hydra config with ``overrides``, as ``python -m rag.run`` would compose it.
+    """The project's Hydra config with ``overrides``, as ``python -m rag.run`` would compose it
+    (from rag/config_cache.py's cache when the same composition was made before).
 
     Raises:
         ValueError: an override key the schema does not know (naming the closest key, as
             ``python -m rag.run`` does), or a value it cannot take.
         hydra.errors.ConfigCompositionException / OmegaConf errors: a bad value.
     """
-    from hydra import compose, initialize_config_dir
-
     from rag.config import (check_override_keys, check_override_values, project_root,
-                            register_configs)
+                            register_configs, validate)
+    from rag.config_cache import compose_cached
 
     check_override_keys(list(overrides))
     check_override_values(list(overrides))  # a bad value or group option: one line, exit 2
-    register_configs()
-    with initialize_config_dir(config_dir=str(project_root() / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
+    conf = project_root() / "conf"
+
+    def compose_with_hydra():
+        from hydra import compose, initialize_config_dir
+
+        register_configs()
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return compose("config", overrides=overrides)
+
+    def valid(cfg) -> None:  # what _load refuses is never cached
+        validate(cfg)
+        corpus_name(cfg)
+
+    return compose_cached(conf, list(overrides), compose_with_hydra, accept=valid)
 
 
 def omegaconf_literal(value: str) -> str:
@@ -119,7 +130,7 @@ def cli_error(exc: BaseException) -> None:
     """Turn a bad-input error — a RunError, a ValueError, or a Hydra/OmegaConf composition
     error naming the bad override — into one ``error:`` line and exit status 2
     (:class:`CliError`); re-raise anything else."""
-    from rag.run import RunError
+    from rag.errors import RunError
 
     if isinstance(exc, (RunError, ValueError)) or type(exc).__module__.startswith(("hydra", "omegaconf")):
         raise fail(str(exc)) from None
@@ -167,7 +178,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
 
     from rag.config import expand_path, validate
     from rag.index import versioned
-    from rag.run import RunError, corpus_root
+    from rag.corpus.fetch import corpus_root
+    from rag.errors import RunError
     from rag.stages import STAGES, index_settings
 
     for name in ("sentence_transformers", "bm25s", "transformers"):
@@ -227,14 +239,15 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
 def search_abstention(cfg, index):
     """(search options, learned gate or None): the config's search flags with the abstention
     that ``abstain.signal`` / ``abstain.calibration`` ask for — the same setup the ledger's run
-    uses (:func:`rag.run.abstention_setup`), so `rag search` and `rag serve` abstain as the
+    uses (:func:`rag.eval.transfer.abstention_setup`), so `rag search` and `rag serve` abstain as the
     measured row did.
 
     Raises:
         SystemExit (:class:`CliError`): the calibration cannot be read or applied.
     """
     from rag.config import ledger_uri
-    from rag.run import RunError, abstention_setup
+    from rag.errors import RunError
+    from rag.eval.transfer import abstention_setup
     from rag.search.pipeline import SearchOptions
 
     try:

@@ -91,3 +91,24 @@ def test_plain_typo_on_the_command_line_names_the_closest_key():
 def test_escaping_corpus_name_is_refused_by_the_runner(compose):
     with pytest.raises(ValueError, match="corpus.name='../../x' cannot be used as a folder name"):
         validate(compose(["corpus.name=../../x"]))
+
+
+def test_schema_keys_read_from_the_dataclasses_equal_the_structured_configs_keys():
+    """schema_keys walks the dataclasses instead of building OmegaConf.structured(RagConfig)
+    (the slow part of every cold command); both must list the same dotted keys, dict fields
+    with default items included."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from rag.config import RagConfig, schema_keys
+
+    def keys(node, prefix=""):
+        out = set()
+        for k, v in node.items_ex(resolve=False):
+            out.add(f"{prefix}{k}")
+            if isinstance(v, DictConfig):
+                out |= keys(v, f"{prefix}{k}.")
+        return out
+
+    got = schema_keys()
+    assert got == keys(OmegaConf.structured(RagConfig))
+    assert {"search.top_k", "embedder.backend", "bm25.k1"} <= got

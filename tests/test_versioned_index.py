@@ -181,3 +181,97 @@ def test_a_build_made_under_other_walk_rules_is_rebuilt_not_served(tmp_path, cap
     assert versioned.settings_changes({}, again["settings"]) == ["all (recorded by an older version)"]
     _, same, third = _load(over, corpus_dir=repo)
     assert third["build_id"] == again["build_id"]  # unchanged settings: the build is served
+
+
+QUERIES = ["refund", "how is a refund issued", "Cart total", "unknown_word_zz", "def", ""]
+
+
+def _all_scores(bm25):
+    return [bm25.score(q) for q in QUERIES]
+
+
+def test_the_published_bm25_is_read_back_not_rebuilt_and_scores_to_the_bit(built, embedder,
+                                                                           tmp_path, monkeypatch):
+    """A build saves its BM25 matrix (bm25.npz); loading it needs no re-tokenizing of the
+    chunks and gives bitwise the scores of the channel that was built."""
+    import numpy as np
+
+    import rag.index.bm25 as bm25_mod
+
+    root = tmp_path / "idx"
+    build = versioned.publish(built, root, embedder_id=embedder.model_id, dim=embedder.dim,
+                              normalized=True, corpus_root="/x")
+    manifest = versioned.read_manifest(root)
+    assert manifest["bm25"] == {"backend": "bm25s", "k1": 1.5, "b": 0.75, "tokenizer": "code",
+                                "files": ["bm25.npz", "bm25_vocab.json"]}
+    assert (build / "bm25.npz").is_file() and (build / "bm25_vocab.json").is_file()
+
+    def no_rebuild(*a, **k):
+        raise AssertionError("BM25 was rebuilt from the chunks")
+
+    monkeypatch.setattr(bm25_mod, "build_bm25", no_rebuild)
+    index, _ = versioned.load_current(root, embedder)
+    for got, want in zip(_all_scores(index.bm25), _all_scores(built.bm25)):
+        assert got.dtype == want.dtype == np.float32 and np.array_equal(got, want)
+    assert index.bm25.search("refund", 5) == built.bm25.search("refund", 5)
+    assert index.bm25.empty_reason("unknown_word_zz") == built.bm25.empty_reason("unknown_word_zz")
+    assert [index.bm25.scorer.doc_freq(t) for t in ("refund", "def", "zz")] == \
+        [built.bm25.scorer.doc_freq(t) for t in ("refund", "def", "zz")]
+
+
+def test_bm25_saved_under_other_settings_or_damaged_is_rebuilt(built, embedder, tmp_path, capsys):
+    """Another k1 (a sweep over one build) or backend rebuilds BM25 from the chunks, silently;
+    a damaged saved matrix is rebuilt with a warning naming the build; the scores are those
+    of a fresh build with the requested settings either way."""
+    import numpy as np
+
+    from rag.index.bm25 import build_bm25
+    from rag.index.build import indexed_texts
+
+    root = tmp_path / "idx"
+    build = versioned.publish(built, root, embedder_id=embedder.model_id, dim=embedder.dim,
+                              normalized=True, corpus_root="/x")
+    texts, _ = indexed_texts(built.chunks, built.stats.get("header", "path_symbol"))
+    for backend, k1 in [("bm25s", 0.9), ("rank_bm25", 1.5)]:
+        index, _ = versioned.load_current(root, embedder, bm25_backend=backend, k1=k1)
+        fresh = build_bm25(texts, backend=backend, k1=k1)
+        assert index.bm25.backend == backend
+        for got, want in zip(_all_scores(index.bm25), _all_scores(fresh)):
+            assert np.array_equal(got, want)
+    assert capsys.readouterr().err == ""
+
+    (build / "bm25.npz").write_bytes(b"not a zip")
+    index, manifest = versioned.load_current(root, embedder)
+    err = capsys.readouterr().err
+    assert f"build {manifest['build_id']}: its saved BM25 is unusable" in err
+    assert "rebuilding BM25 from its chunks" in err
+    for got, want in zip(_all_scores(index.bm25), _all_scores(built.bm25)):
+        assert np.array_equal(got, want)
+
+    (build / "bm25_vocab.json").write_text('["only-one-token"]')  # disagrees with the matrix
+    (build / "bm25.npz").unlink()
+    versioned.load_current(root, embedder)
+    assert "its saved BM25 is unusable" in capsys.readouterr().err
+
+
+def test_bm25s_scorer_equals_bm25s_own_get_scores(fixture_repo):
+    """The scorer keeps bm25s's CSC arrays and sums them itself: its scores are bm25s's
+    get_scores x (k1 + 1), to the bit, repeated and unknown tokens included."""
+    import bm25s
+    import numpy as np
+
+    from rag.index.bm25 import Bm25sScorer
+    from rag.index.tokenize import get_tokenizer
+
+    tok = get_tokenizer("code")
+    texts = [p.read_text() for p in sorted(fixture_repo.rglob("*.py"))]
+    corpus = [tok(t) for t in texts]
+    ours = Bm25sScorer.build(corpus, k1=1.2, b=0.6)
+    ref = bm25s.BM25(method="robertson", k1=1.2, b=0.6)
+    ref.index([list(t) for t in corpus], show_progress=False)
+    vocab = set(ref.vocab_dict) - {""}
+    for q in (["refund"], ["refund", "refund", "cart"], ["zz_unknown", "cart"], sorted(vocab)[:7]):
+        known = [t for t in q if t in vocab]
+        want = (np.asarray(ref.get_scores(known), dtype=np.float32) * np.float32(2.2) if known
+                else np.zeros(len(corpus), dtype=np.float32))
+        assert np.array_equal(ours.scores(q), want), q

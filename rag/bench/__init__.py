@@ -133,7 +133,7 @@ def load_context(overrides: list[str]) -> Context:
     """
     from rag.config import expand_path, project_root, validate
     from rag.eval.golden import GoldenError, load_golden
-    from rag.run import corpus_root
+    from rag.corpus.fetch import corpus_root
     from rag.stages import STAGES
     from rag.search_cli import cli_error, compose_config
 
@@ -325,7 +325,7 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
         section("ann", lambda: bench_ann(sizes=prof.ann_sizes,
                                          exact_queries=prof.ann_exact_queries))
     if {"dtype", "launchers"} & set(sections) and cfg is None:
-        from rag.run import corpus_root
+        from rag.corpus.fetch import corpus_root
         from rag.search_cli import cli_error, compose_config
 
         try:

@@ -86,7 +86,7 @@ def bench_corpus(tokens: list[list[str]], queries: Sequence[str], *, label: str,
             gc.collect()
             t0 = time.perf_counter()
             if side == 0:
-                ours = BM25Channel(Bm25sScorer(tokens, k1=k1, b=b), backend="bm25s", n_chunks=n)
+                ours = BM25Channel(Bm25sScorer.build(tokens, k1=k1, b=b), backend="bm25s", n_chunks=n)
                 t_ours.append(time.perf_counter() - t0)
             else:
                 peer = _okapi(tokens, k1, b)

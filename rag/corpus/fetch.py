@@ -234,3 +234,26 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def corpus_root(cfg) -> Path:
+    """The corpus directory: ``corpus.path`` if set, else the fetched sdist or npm tarball
+    (fetched once into ``paths.cache_dir``), for a composed config ``cfg``.
+
+    Raises:
+        RunError: ``corpus.path`` is not a directory, or the fetch failed (one line).
+    """
+    from rag.config import expand_path
+    from rag.errors import RunError
+
+    if cfg.corpus.path:
+        root = expand_path(cfg.corpus.path, base=Path.cwd())
+        if not root.is_dir():
+            raise RunError(f"corpus.path={cfg.corpus.path!r}: {root} is not a directory")
+        return root
+    try:
+        if cfg.corpus.npm:
+            return fetch_npm(cfg.corpus.npm, expand_path(cfg.paths.cache_dir))
+        return fetch_sdist(cfg.corpus.sdist, expand_path(cfg.paths.cache_dir))
+    except CorpusFetchError as exc:
+        raise RunError(str(exc)) from exc

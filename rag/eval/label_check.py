@@ -126,7 +126,7 @@ def corpus_view_from_config(cfg) -> CorpusView:
     its ``corpus.github_export`` documents."""
     from rag.config import expand_path
     from rag.corpus.walk import walk_settings
-    from rag.run import corpus_root
+    from rag.corpus.fetch import corpus_root
 
     c = cfg.corpus
     extra: list[Any] = []

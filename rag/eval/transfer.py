@@ -156,3 +156,45 @@ def options_with(options: Any, bands: tuple[float, float]) -> Any:
     """``options`` (a frozen :class:`rag.search.pipeline.SearchOptions`) with the bands."""
     return replace(options, min_dense=bands[0], weak_dense=bands[1])
 
+
+def _threshold_tag(v: float | None) -> str:
+    """A threshold as a tag: 4 decimals, ``none`` when the rule flags nothing."""
+    return "none" if v is None else f"{float(v):.4f}"
+
+
+def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: str,
+                     has_reranker: bool, has_dense: bool):
+    """(search options, learned gate or None, tags) with the abstention the config asks for.
+
+    ``cal`` (a :class:`rag.eval.transfer.Calibration`, loaded before any indexing) is None:
+    the configured bands (source ``config``). Otherwise the bands it suggested, or its learned
+    gate, with source ``transferred`` (another golden set) or ``in_sample`` (this one); the
+    tags name it and the thresholds applied.
+
+    Raises:
+        RunError: the calibration was fitted with another embedder, has no thresholds for the
+            signal, or its gate reads a signal this run does not measure.
+    """
+    from rag.errors import RunError
+
+    a = cfg.abstain
+    signal = str(getattr(a.signal, "value", a.signal))
+    tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
+    if cal is None:
+        tags.update(abstain_min=_threshold_tag(options.min_dense), abstain_weak=_threshold_tag(options.weak_dense))
+        return options, None, tags
+    ref = str(a.calibration)
+    tags.update(abstain_thresholds_source=source_tag(cal, golden_fingerprint),
+                abstain_calibration_from=cal.source)
+    try:
+        check_model(cal, ref, model_id)
+        if signal == "learned":
+            gate = gate_from(cal, ref, has_reranker=has_reranker, has_dense=has_dense)
+            tags.update(abstain_min=_threshold_tag(gate.min_score), abstain_weak=_threshold_tag(gate.weak_score),
+                        abstain_gate_features=",".join(gate.features))
+            return options, gate, tags
+        bands = dense_bands(cal, ref)
+    except TransferError as exc:
+        raise RunError(str(exc)) from None
+    tags.update(abstain_min=_threshold_tag(bands[0]), abstain_weak=_threshold_tag(bands[1]))
+    return options_with(options, bands), None, tags

@@ -31,7 +31,9 @@ formula stays, and an empty result says why (:meth:`BM25Channel.empty_reason`:
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+import json
+from pathlib import Path
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -49,41 +51,115 @@ class BM25Scorer(Protocol):
 
 
 class Bm25sScorer:
-    """bm25s backend (method ``robertson``).
+    """bm25s backend (method ``robertson``): bm25s builds the eager score matrix, this class
+    keeps its CSC arrays and scores a query from them.
+
+    The matrix holds one precomputed BM25 term score per (chunk, token) pair (columns =
+    tokens). A query's score is the sum of its tokens' columns, accumulated token by token in
+    float32 with ``np.add.at`` — bm25s's own ``BM25._compute_relevance_from_scores``, so the
+    scores are bm25s's to the bit — and scoring needs neither bm25s nor scipy, so a saved
+    matrix (:meth:`save` / :meth:`load`, the published build's ``bm25.npz``) answers a cold
+    ``rag search`` without tokenizing the corpus again.
 
     bm25s leaves the constant ``(k1 + 1)`` out of the term-frequency numerator; it is put back
     here so both backends report the same Okapi score (rank_bm25 keeps it), not just the same
     ranking.
+
+    Args:
+        data, indices, indptr: the CSC arrays (float32 scores, int chunk ids, int offsets of
+            shape (n_tokens + 1,)).
+        vocab: token -> column.
+        n_docs: number of chunks.
+        scale: ``k1 + 1``.
     """
 
-    def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> None:
+    #: the files :meth:`save` writes in a build directory
+    FILES = ("bm25.npz", "bm25_vocab.json")
+
+    def __init__(self, *, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+                 vocab: dict[str, int], n_docs: int, scale: float) -> None:
+        if len(indptr) != len(vocab) + 1 or len(data) != len(indices):
+            raise ValueError(f"BM25 matrix does not match its vocabulary: {len(indptr)} offsets "
+                             f"for {len(vocab)} tokens, {len(data)} scores for {len(indices)} "
+                             "chunk ids")
+        if len(indices) and int(indices.max()) >= n_docs:
+            raise ValueError(f"BM25 matrix names chunk {int(indices.max())} of {n_docs}")
+        self._data = np.asarray(data, dtype=np.float32)
+        self._indices = indices
+        self._indptr = indptr
+        self._vocab = vocab
+        self._n = int(n_docs)
+        self._scale = float(scale)
+
+    @classmethod
+    def build(cls, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> "Bm25sScorer":
+        """Index ``corpus_tokens`` (one token list per chunk) with bm25s."""
         import logging
 
         import bm25s
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build at DEBUG
-        self._n = len(corpus_tokens)
-        self._model = bm25s.BM25(method="robertson", k1=k1, b=b)
-        self._model.index([list(t) for t in corpus_tokens], show_progress=False)
-        self._vocab = self._model.vocab_dict
-        self._scale = k1 + 1.0
+        model = bm25s.BM25(method="robertson", k1=k1, b=b)
+        model.index([list(t) for t in corpus_tokens], show_progress=False)
+        if getattr(model, "nonoccurrence_array", None) is not None:  # bm25l/bm25+ only
+            raise AssertionError("robertson BM25 has no non-occurrence scores")
+        sc = model.scores
+        n_cols = len(sc["indptr"]) - 1  # bm25s adds "" to its vocabulary with no column
+        return cls(data=sc["data"], indices=sc["indices"], indptr=sc["indptr"],
+                   vocab={t: i for t, i in model.vocab_dict.items() if i < n_cols},
+                   n_docs=len(corpus_tokens), scale=k1 + 1.0)
+
+    def save(self, build: Path) -> list[str]:
+        """Write the matrix to ``build``/:data:`FILES` (numpy arrays, and the vocabulary as a
+        JSON list in column order); returns the file names."""
+        tokens = [""] * len(self._vocab)
+        for t, i in self._vocab.items():
+            tokens[i] = t
+        np.savez(build / self.FILES[0], data=self._data, indices=self._indices,
+                 indptr=self._indptr, n_docs=np.int64(self._n), scale=np.float64(self._scale))
+        (build / self.FILES[1]).write_text(json.dumps(tokens, ensure_ascii=False))
+        return list(self.FILES)
+
+    @classmethod
+    def load(cls, build: Path) -> "Bm25sScorer":
+        """The matrix :meth:`save` wrote in ``build``.
+
+        Raises:
+            OSError: a file is missing or unreadable; ValueError: the files are not such a
+            matrix (not an npz, missing arrays, shapes that disagree)."""
+        tokens = json.loads((build / cls.FILES[1]).read_text())
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError(f"{cls.FILES[1]} is not a list of tokens")
+        try:
+            with np.load(build / cls.FILES[0], allow_pickle=False) as z:
+                arrays = {k: z[k] for k in ("data", "indices", "indptr", "n_docs", "scale")}
+        except KeyError as exc:
+            raise ValueError(f"{cls.FILES[0]} lacks the array {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - zipfile/pickle errors of a damaged file
+            if isinstance(exc, OSError):
+                raise
+            raise ValueError(f"{cls.FILES[0]} is not a saved BM25 matrix ({exc})") from None
+        return cls(data=arrays["data"], indices=arrays["indices"], indptr=arrays["indptr"],
+                   vocab={t: i for i, t in enumerate(tokens)}, n_docs=int(arrays["n_docs"]),
+                   scale=float(arrays["scale"]))
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
-        """BM25 score of every chunk, shape (n_chunks,), float32; tokens not in the vocabulary score 0."""
-        known = [t for t in query_tokens if t in self._vocab]
-        if not known:
-            return np.zeros(self._n, dtype=np.float32)
-        return np.asarray(self._model.get_scores(known), dtype=np.float32) * np.float32(self._scale)
+        """BM25 score of every chunk, shape (n_chunks,), float32; tokens not in the vocabulary
+        score 0 (a repeated query token counts each time, as in bm25s)."""
+        scores = np.zeros(self._n, dtype=np.float32)
+        ids = [self._vocab[t] for t in query_tokens if t in self._vocab]
+        for tid in ids:
+            start, end = self._indptr[tid], self._indptr[tid + 1]
+            np.add.at(scores, self._indices[start:end], self._data[start:end])
+        return scores * np.float32(self._scale)
 
     def doc_freq(self, token: str) -> int:
-        """Number of chunks that hold ``token``: the entries of its column in bm25s's sparse
-        score matrix (bm25s keeps an entry for every (chunk, token) pair, zero-IDF ones
-        included)."""
+        """Number of chunks that hold ``token``: the entries of its column in the score matrix
+        (bm25s keeps an entry for every (chunk, token) pair, zero-IDF ones included)."""
         tid = self._vocab.get(token)
-        indptr = self._model.scores["indptr"]
-        if tid is None or tid + 1 >= len(indptr):
+        if tid is None:
             return 0
-        return int(indptr[tid + 1] - indptr[tid])
+        return int(self._indptr[tid + 1] - self._indptr[tid])
 
 
 class RankBM25Scorer:
@@ -124,12 +200,34 @@ def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
     tokenize = get_tokenizer(tokenizer)
     corpus_tokens = [tokenize(t) for t in texts]
     if backend == "bm25s":
-        scorer: BM25Scorer = Bm25sScorer(corpus_tokens, k1=k1, b=b)
+        scorer: BM25Scorer = Bm25sScorer.build(corpus_tokens, k1=k1, b=b)
     elif backend == "rank_bm25":
         scorer = RankBM25Scorer(corpus_tokens, k1=k1, b=b)
     else:
         raise ValueError(f"unknown bm25.backend {backend!r}; expected 'bm25s' or 'rank_bm25'")
-    return BM25Channel(scorer, backend=backend, n_chunks=len(texts), tokenizer=tokenizer)
+    return BM25Channel(scorer, backend=backend, n_chunks=len(texts), tokenizer=tokenizer,
+                       k1=k1, b=b)
+
+
+def load_bm25(build: Path, info: Any, *, n_chunks: int, backend: str, k1: float, b: float,
+              tokenizer: str) -> "BM25Channel | None":
+    """The channel a build saved (its manifest's ``bm25`` entry ``info``, from
+    :meth:`BM25Channel.save`), or None when the build saved none or saved it under other
+    settings (``backend``, ``k1``, ``b``, ``tokenizer``: then the caller rebuilds it from the
+    chunks, as for a k1 sweep over one build).
+
+    Raises:
+        OSError, ValueError: the saved files are missing, damaged or hold another number of
+            chunks than ``n_chunks``.
+    """
+    if not isinstance(info, dict) or backend != "bm25s" or info.get("backend") != "bm25s":
+        return None
+    if (info.get("k1"), info.get("b"), info.get("tokenizer")) != (float(k1), float(b), tokenizer):
+        return None
+    scorer = Bm25sScorer.load(build)
+    if scorer._n != n_chunks:
+        raise ValueError(f"the saved BM25 matrix has {scorer._n} chunks, the build {n_chunks}")
+    return BM25Channel(scorer, backend=backend, n_chunks=n_chunks, tokenizer=tokenizer, k1=k1, b=b)
 
 
 class BM25Channel:
@@ -140,12 +238,23 @@ class BM25Channel:
     no_match = 0.0
 
     def __init__(self, scorer: BM25Scorer, *, backend: str, n_chunks: int,
-                 tokenizer: str = "code") -> None:
+                 tokenizer: str = "code", k1: float | None = None, b: float | None = None) -> None:
         self.scorer = scorer
         self.backend = backend
         self.n_chunks = n_chunks
         self.tokenizer = tokenizer
+        self.k1, self.b = k1, b
         self._tokenize = get_tokenizer(tokenizer)
+
+    def save(self, build: Path) -> dict[str, Any] | None:
+        """Write the scorer into the build directory ``build`` when its backend can be saved
+        (bm25s: :meth:`Bm25sScorer.save`) and return the manifest entry that
+        :func:`load_bm25` reads back; None otherwise (rank_bm25, the reference, is rebuilt)."""
+        if not isinstance(self.scorer, Bm25sScorer) or self.k1 is None or self.b is None:
+            return None
+        files = self.scorer.save(build)
+        return {"backend": self.backend, "k1": float(self.k1), "b": float(self.b),
+                "tokenizer": self.tokenizer, "files": files}
 
     def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
         """BM25 score of every chunk for ``query``, shape (n_chunks,)."""

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 
 
 class Embedder(Protocol):
@@ -335,6 +334,8 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
             missing_idx[h] = i
     todo = list(missing_idx.items())
     tokens = 0
+    from tqdm.auto import tqdm
+
     bar = tqdm(total=len(todo), desc="embedding", unit="chunk", disable=not progress or not todo)
     for start in range(0, len(todo), batch):
         part = todo[start:start + batch]

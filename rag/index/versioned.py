@@ -146,6 +146,9 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         "settings": settings, "source": source,
     }
     (tmp / "chunks.json").write_text(json.dumps([asdict(c) for c in index.chunks]))
+    bm25_info = index.bm25.save(tmp) if getattr(index, "bm25", None) is not None else None
+    if bm25_info:  # read back by load_current instead of re-tokenizing every chunk
+        manifest["bm25"] = bm25_info
     if index.dense is not None:
         np.save(tmp / "embeddings.npy", index.dense.matrix)
         ann = getattr(index.dense, "ann", None)
@@ -240,7 +243,6 @@ def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", 
     Raises:
         NoIndexError, CorpusMismatchError, IndexMismatchError.
     """
-    from rag.index.bm25 import build_bm25
     from rag.index.build import Index
     from rag.index.dense import DenseChannel
 
@@ -252,17 +254,39 @@ def load_current(root_dir: Path, embedder: Any, *, bm25_backend: str = "bm25s", 
     build = (root_dir / "current").resolve()
     chunks = [Chunk(**c) for c in json.loads((build / "chunks.json").read_text())]
     matrix = np.load(build / "embeddings.npy")
-    from rag.index.build import indexed_texts
-
-    # the chunk text the build indexed (index.header, recorded in its stats)
-    texts, _ = indexed_texts(chunks, manifest.get("stats", {}).get("header", "path_symbol"))
-    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b,
-                      tokenizer=manifest.get("stats", {}).get("bm25_tokenizer", "code"))
+    bm25 = _load_bm25(build, manifest, chunks, backend=bm25_backend, k1=k1, b=b)
     stats = {**manifest.get("stats", {}), "chunks_embedded": 0, "corpus_read": 0,
              "loaded_build": manifest["build_id"]}
     return (Index(chunks=chunks, bm25=bm25,
                   dense=DenseChannel(embedder, matrix, ann=_load_ann(build, manifest, matrix)),
                   corpus_fingerprint=manifest["corpus_fingerprint"], stats=stats), manifest)
+
+
+def _load_bm25(build: Path, manifest: dict[str, Any], chunks: list[Chunk], *, backend: str,
+               k1: float, b: float):
+    """The build's saved BM25 channel (``bm25.npz``, described by the manifest's ``bm25``) when
+    it was saved with these settings; otherwise rebuilt from the chunks' indexed texts (a build
+    made before BM25 was saved, another backend or k1/b) — and, for a file that is missing or
+    damaged, with a warning on stderr."""
+    import sys
+
+    from rag.index.bm25 import build_bm25, load_bm25
+    from rag.index.build import indexed_texts
+
+    stats = manifest.get("stats", {})
+    tokenizer = stats.get("bm25_tokenizer", "code")
+    try:
+        saved = load_bm25(build, manifest.get("bm25"), n_chunks=len(chunks), backend=backend,
+                          k1=k1, b=b, tokenizer=tokenizer)
+        if saved is not None:
+            return saved
+    except (OSError, ValueError) as exc:
+        problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"warning: build {manifest.get('build_id')}: its saved BM25 is unusable "
+              f"({problem}); rebuilding BM25 from its chunks", file=sys.stderr)
+    # the chunk text the build indexed (index.header, recorded in its stats)
+    texts, _ = indexed_texts(chunks, stats.get("header", "path_symbol"))
+    return build_bm25(texts, backend=backend, k1=k1, b=b, tokenizer=tokenizer)
 
 
 def _load_ann(build: Path, manifest: dict[str, Any], matrix: np.ndarray):
