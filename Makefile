@@ -39,8 +39,11 @@ install: $(STAMP)
 corpus: $(STAMP)
 	$(PY) -m rag.corpus.fetch flask==3.1.3
 
+# the ledger row, then the published build that `rag search` and `rag serve` read (its
+# embeddings come from the run's cache: nothing is embedded twice)
 run: $(STAMP)
 	$(PY) -m rag.run
+	$(VENV)/bin/rag index
 
 report: $(STAMP)
 	$(PY) -m rag.report
