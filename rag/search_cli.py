@@ -137,6 +137,13 @@ def cli_error(exc: BaseException) -> None:
     raise exc
 
 
+#: the query encoder ``rag search`` and ``rag serve`` use unless told otherwise: the fp32 ONNX
+#: export of the torch model (the same top 8 on every Flask and zod golden query,
+#: experiments/query_encoder.md), which needs no torch and embeds a query in about a third of
+#: the CPU (rag serve at 8 concurrent clients: p50 41 vs 101 ms, README)
+SERVING_QUERY_BACKEND = "onnx"
+
+
 def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
     """Set ``embedder.query_backend`` to ``backend`` on the composed ``cfg`` unless the
     caller chose one (an ``embedder.query_backend`` override), the embedder is not a
@@ -327,7 +334,7 @@ def search_command(args: Namespace, *, now: float | None = None) -> int:
     path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
         raise fail("empty query")
-    cfg, index, manifest = _load(overrides, corpus_dir=path, query_backend="onnx")
+    cfg, index, manifest = _load(overrides, corpus_dir=path, query_backend=SERVING_QUERY_BACKEND)
     opts, gate = search_abstention(cfg, index)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})

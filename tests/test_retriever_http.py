@@ -153,8 +153,11 @@ def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo
 
     stages = StageCache(embedder=embedder)
     local = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)), stages=stages)
+    # the torch query encoder, as in process: the served metrics must then be equal to the
+    # last bit (rag serve's default ONNX export ranks the same, scores within ~1e-7)
     proc, base = process.start([f"corpus.path={fixture_repo}", "corpus.name=shop",
-                                f"paths.cache_dir={tmp_path / 'cache'}"])
+                                f"paths.cache_dir={tmp_path / 'cache'}",
+                                "embedder.query_backend=torch"])
     url = f"{base}/search"
     try:
         remote = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden,

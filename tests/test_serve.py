@@ -5,6 +5,7 @@ the query text (malformed requests included). One test drives FastAPI in process
 from __future__ import annotations
 
 import json
+import os
 import logging
 import urllib.error
 import urllib.request
@@ -106,9 +107,32 @@ def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(bad, timeout=30)
             assert err.value.code == 422 and b"zebra" not in err.value.read()
+        # queries are embedded by the ONNX export (SERVING_QUERY_BACKEND), ranked as torch does
+        health = json.loads(urllib.request.urlopen(f"{base}/health", timeout=30).read())
+        assert "onnx(" in health["embedder"]
+        dense = urllib.request.Request(
+            f"{base}/search", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"query": "give the customer their money back", "mode": "dense",
+                             "top_k": 5, "min_dense": 0, "weak_dense": 0}).encode())
+        served = json.loads(urllib.request.urlopen(dense, timeout=30).read())["hits"]
     finally:
         out = process.stop(proc)
     assert '"query_chars": 18' in out
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+    from rag.search_cli import _load
+
+    os.environ["RAG_CACHE_DIR"] = str(tmp_path / "cache")
+    try:
+        cfg, index, _ = _load([f"corpus.path={fixture_repo}", "corpus.name=shop",
+                               "embedder.query_backend=torch"])
+    finally:
+        del os.environ["RAG_CACHE_DIR"]
+    opts = SearchOptions(**{**SearchOptions.from_config(cfg).__dict__, "mode": "dense",
+                            "top_k": 5, "min_dense": 0.0, "weak_dense": 0.0})
+    local = SearchPipeline(index, opts).search("give the customer their money back").hits
+    assert [(h["path"], h["symbol"]) for h in served] == [(h.path, h.symbol) for h in local]
+    assert [h["scores"]["dense"] for h in served] == \
+        pytest.approx([h.as_dict()["scores"]["dense"] for h in local], abs=1e-5)
     assert "zebra" not in out and "Traceback" not in out
 
 

@@ -122,7 +122,7 @@ def bench_serve(queries: list[str], *, requests: int, concurrency: int,
         ``throughput_rps`` and ratio at the top level.
     """
     from rag.search.pipeline import SearchOptions, SearchPipeline
-    from rag.search_cli import _load
+    from rag.search_cli import SERVING_QUERY_BACKEND, _load
 
     variants = dict(VARIANTS if variants is None else variants)
     out_variants: dict = {}
@@ -134,7 +134,8 @@ def bench_serve(queries: list[str], *, requests: int, concurrency: int,
             v = out_variants[label]
             progress(f"serve: {label} p50 {v['http']['median']:.1f} ms, "
                      f"{v['throughput_rps']:.1f} req/s, {v['errors']} errors")
-    cfg, index, _ = _load(overrides)
+    # in process with the query encoder the server uses
+    cfg, index, _ = _load(overrides, query_backend=SERVING_QUERY_BACKEND)
     pipe = SearchPipeline(index, SearchOptions.from_config(cfg))
     pipe.search(queries[0])  # warm-up
     inproc = []
