@@ -11,7 +11,10 @@ the schema's types and enums) and put in struct mode, which is what Hydra's ``co
 returns (tests/test_config_cache.py checks they are equal, node types included).
 
 Overrides that reach Hydra itself (``hydra.*``, e.g. ``hydra.searchpath``, which adds config
-directories this key does not hash) are never cached. The cache lives in
+directories this key does not hash) are never cached, nor a composition that interpolates
+with Hydra's own resolvers (``${now:...}``, ``${hydra:...}``: they exist only once Hydra has
+composed). An entry carries its key on its first and last line, so an entry cut short (or
+empty) is composed again rather than read as a partial config. The cache lives in
 ``$RAG_CACHE_DIR/configs`` (default ``~/.cache/rag/configs``); a missing, unreadable or
 damaged entry is composed again, and a cache that cannot be written is skipped silently.
 """
@@ -62,6 +65,33 @@ def composition_key(conf_dir: Path, overrides: list[str]) -> str:
     return h.hexdigest()
 
 
+#: the first and last line of an entry (``{key}`` filled in): an entry without both is cut
+#: short or is another key's, and is composed again
+HEADER = "# rag composed config {key}\n"
+FOOTER = "# end {key}\n"
+#: interpolations resolved by Hydra's own resolvers, which exist only after Hydra composes:
+#: a composition holding one is not cached
+HYDRA_RESOLVERS = ("${now:", "${hydra:")
+
+
+def entry_text(key: str, cfg) -> str:
+    """The cache entry for ``cfg``: :data:`HEADER`, ``OmegaConf.to_yaml(cfg)``, :data:`FOOTER`."""
+    from omegaconf import OmegaConf
+
+    return HEADER.format(key=key) + OmegaConf.to_yaml(cfg) + FOOTER.format(key=key)
+
+
+def config_text(key: str, entry: str) -> str:
+    """The YAML inside an entry for ``key``.
+
+    Raises:
+        ValueError: the entry is empty, cut short or another key's."""
+    head, foot = HEADER.format(key=key), FOOTER.format(key=key)
+    if not (entry.startswith(head) and entry.endswith(foot)) or len(entry) < len(head) + len(foot):
+        raise ValueError("not a whole cache entry for this key")
+    return entry[len(head):len(entry) - len(foot)]
+
+
 def from_text(text: str):
     """The composed config for a cached ``text`` (``OmegaConf.to_yaml`` of one), typed by the
     schema and in struct mode, like Hydra's ``compose`` output.
@@ -96,27 +126,31 @@ def compose_cached(conf_dir: Path, overrides: list[str], compose: Callable[[], A
         return compose()
     path = cache_root() / f"{key}.yaml"
     try:
-        return from_text(path.read_text(encoding="utf-8"))
+        return from_text(config_text(key, path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         pass
     except Exception:  # noqa: BLE001 - a damaged entry is composed again (and replaced)
         pass
     cfg = compose()
-    from omegaconf import OmegaConf
-
     try:
         if accept is not None:
             accept(cfg)
+        text = entry_text(key, cfg)
     except Exception:  # noqa: BLE001 - refused here or later by the caller: never cached
         return cfg
+    if any(r in text for r in HYDRA_RESOLVERS):
+        return cfg
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # readers see no entry or a whole one
         _prune(path.parent)
     except OSError:
-        pass
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return cfg
 
 

@@ -87,10 +87,19 @@ def test_hydra_overrides_are_not_cached_and_a_bad_entry_is_composed_again(cache,
     assert cacheable(["search.top_k=3"])
     compose_config([])
     (entry,) = cache.glob("*.yaml")
-    entry.write_text("search: {top_k: not-a-number}\n")  # damaged: composed again, replaced
-    cfg = compose_config([])
-    assert OmegaConf.to_yaml(cfg) == OmegaConf.to_yaml(compose([]))
-    assert OmegaConf.to_yaml(OmegaConf.load(entry)) == OmegaConf.to_yaml(cfg)
+    whole = entry.read_text()
+    key = entry.stem
+    fresh = OmegaConf.to_yaml(compose([]))
+    # damaged: a bad value, empty, cut at a line break (a partial config the schema's defaults
+    # would fill in), another key's entry — each is composed again and replaced
+    lines = whole.splitlines(keepends=True)
+    for damaged in ("search: {top_k: not-a-number}\n", "",
+                    "".join(lines[:len(lines) // 2]),
+                    whole.replace(key, "0" * len(key))):
+        entry.write_text(damaged)
+        cfg = compose_config([])
+        assert OmegaConf.to_yaml(cfg) == fresh
+        assert entry.read_text() == whole
 
 
 def test_a_bad_override_caches_nothing_and_an_unwritable_cache_is_skipped(cache, compose,
@@ -126,3 +135,15 @@ def test_a_composition_the_schema_refuses_is_not_cached(cache):
     cfg = compose_config(["corpus.name=../x"])
     assert cfg.corpus.name == "../x"
     assert not cache.exists() or not list(cache.glob("*.yaml"))
+
+
+def test_hydras_own_resolvers_are_not_cached(cache, compose):
+    """${now:...} exists only once Hydra has composed: such a composition is composed by Hydra
+    every time (a cached one would fail to resolve in a new process)."""
+    from rag.search_cli import compose_config
+
+    overrides = ["corpus.exclude_extra=[build_${now:%Y}]"]
+    first = compose_config(overrides)
+    assert not cache.exists() or not list(cache.glob("*.yaml"))
+    assert OmegaConf.to_container(compose_config(overrides).corpus, resolve=True) == \
+        OmegaConf.to_container(first.corpus, resolve=True)

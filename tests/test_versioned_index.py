@@ -275,3 +275,48 @@ def test_bm25s_scorer_equals_bm25s_own_get_scores(fixture_repo):
         want = (np.asarray(ref.get_scores(known), dtype=np.float32) * np.float32(2.2) if known
                 else np.zeros(len(corpus), dtype=np.float32))
         assert np.array_equal(ours.scores(q), want), q
+
+
+def _resave(build, **changes):
+    import numpy as np
+
+    with np.load(build / "bm25.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update(changes)
+    np.savez(build / "bm25.npz", **arrays)
+
+
+@pytest.mark.parametrize("damage", [
+    "negative_index", "float_indices", "n_docs_array", "scale_nan", "scale_not_k1", "data_inf",
+    "indptr_decreasing", "indptr_huge", "data_2d", "indptr_float"])
+def test_a_saved_bm25_matrix_that_is_not_one_is_rebuilt_not_scored(built, embedder, tmp_path,
+                                                                  capsys, damage):
+    """Arrays of the right length but the wrong kind or values (which numpy would index or
+    wrap silently) are refused at load, warned about and rebuilt: the scores stay right."""
+    import numpy as np
+
+    root = tmp_path / "idx"
+    build = versioned.publish(built, root, embedder_id=embedder.model_id, dim=embedder.dim,
+                              normalized=True, corpus_root="/x")
+    with np.load(build / "bm25.npz") as z:
+        a = {k: z[k] for k in z.files}
+    bad = {
+        "negative_index": {"indices": np.where(np.arange(len(a["indices"])) == 0, -1,
+                                               a["indices"]).astype(a["indices"].dtype)},
+        "float_indices": {"indices": a["indices"].astype(np.float64)},
+        "n_docs_array": {"n_docs": np.array([a["n_docs"], a["n_docs"]])},
+        "scale_nan": {"scale": np.float64("nan")},
+        "scale_not_k1": {"scale": np.float64(9.0)},
+        "data_inf": {"data": np.where(np.arange(len(a["data"])) == 0, np.inf,
+                                      a["data"]).astype(np.float32)},
+        "indptr_decreasing": {"indptr": a["indptr"][::-1].copy()},
+        "indptr_huge": {"indptr": np.where(np.arange(len(a["indptr"])) == 1, 10 ** 12,
+                                           a["indptr"]).astype(np.int64)},
+        "data_2d": {"data": a["data"].reshape(1, -1)},
+        "indptr_float": {"indptr": a["indptr"].astype(np.float64)},
+    }[damage]
+    _resave(build, **bad)
+    index, manifest = versioned.load_current(root, embedder)
+    assert "its saved BM25 is unusable" in capsys.readouterr().err
+    for got, want in zip(_all_scores(index.bm25), _all_scores(built.bm25)):
+        assert np.array_equal(got, want)

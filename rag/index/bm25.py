@@ -78,12 +78,7 @@ class Bm25sScorer:
 
     def __init__(self, *, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
                  vocab: dict[str, int], n_docs: int, scale: float) -> None:
-        if len(indptr) != len(vocab) + 1 or len(data) != len(indices):
-            raise ValueError(f"BM25 matrix does not match its vocabulary: {len(indptr)} offsets "
-                             f"for {len(vocab)} tokens, {len(data)} scores for {len(indices)} "
-                             "chunk ids")
-        if len(indices) and int(indices.max()) >= n_docs:
-            raise ValueError(f"BM25 matrix names chunk {int(indices.max())} of {n_docs}")
+        _check_csc(data, indices, indptr, n_tokens=len(vocab), n_docs=n_docs, scale=scale)
         self._data = np.asarray(data, dtype=np.float32)
         self._indices = indices
         self._indptr = indptr
@@ -139,9 +134,15 @@ class Bm25sScorer:
             if isinstance(exc, OSError):
                 raise
             raise ValueError(f"{cls.FILES[0]} is not a saved BM25 matrix ({exc})") from None
+        n_docs, scale = arrays["n_docs"], arrays["scale"]
+        if n_docs.shape != () or n_docs.dtype.kind not in "iu" or scale.shape != () \
+                or scale.dtype.kind != "f":
+            raise ValueError(f"{cls.FILES[0]}: n_docs and scale are not one integer and one float")
+        vocab = {t: i for i, t in enumerate(tokens)}
+        if len(vocab) != len(tokens):
+            raise ValueError(f"{cls.FILES[1]} repeats a token")
         return cls(data=arrays["data"], indices=arrays["indices"], indptr=arrays["indptr"],
-                   vocab={t: i for i, t in enumerate(tokens)}, n_docs=int(arrays["n_docs"]),
-                   scale=float(arrays["scale"]))
+                   vocab=vocab, n_docs=int(n_docs), scale=float(scale))
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every chunk, shape (n_chunks,), float32; tokens not in the vocabulary
@@ -160,6 +161,40 @@ class Bm25sScorer:
         if tid is None:
             return 0
         return int(self._indptr[tid + 1] - self._indptr[tid])
+
+
+def _check_csc(data: Any, indices: Any, indptr: Any, *, n_tokens: int, n_docs: Any,
+               scale: Any) -> None:
+    """Refuse arrays that are not a BM25 score matrix of ``n_tokens`` columns over ``n_docs``
+    chunks: 1-D arrays of the right kinds (float scores, integer ids and offsets), offsets from
+    0 to ``len(data)`` that never decrease, chunk ids in ``[0, n_docs)``, finite scores and a
+    finite positive ``scale`` — so a damaged saved matrix is rebuilt, never scored.
+
+    Raises:
+        ValueError: naming the first problem.
+    """
+    arrays = {"data": data, "indices": indices, "indptr": indptr}
+    for name, a in arrays.items():
+        if not isinstance(a, np.ndarray) or a.ndim != 1:
+            raise ValueError(f"BM25 matrix: {name} is not a 1-D array")
+    if data.dtype.kind != "f" or indices.dtype.kind not in "iu" or indptr.dtype.kind not in "iu":
+        raise ValueError(f"BM25 matrix: wrong array types (data {data.dtype}, indices "
+                         f"{indices.dtype}, indptr {indptr.dtype})")
+    if not isinstance(n_docs, (int, np.integer)) or isinstance(n_docs, bool) or n_docs < 0:
+        raise ValueError(f"BM25 matrix: chunk count {n_docs!r} is not a count")
+    if not isinstance(scale, (float, int, np.floating, np.integer)) or not np.isfinite(scale) \
+            or scale <= 0:
+        raise ValueError(f"BM25 matrix: scale {scale!r} is not a positive number")
+    if len(indptr) != n_tokens + 1 or len(data) != len(indices):
+        raise ValueError(f"BM25 matrix does not match its vocabulary: {len(indptr)} offsets "
+                         f"for {n_tokens} tokens, {len(data)} scores for {len(indices)} "
+                         "chunk ids")
+    if indptr[0] != 0 or indptr[-1] != len(data) or bool(np.any(np.diff(indptr) < 0)):
+        raise ValueError("BM25 matrix: its offsets do not run from 0 to the number of scores")
+    if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= n_docs):
+        raise ValueError(f"BM25 matrix names a chunk outside 0..{n_docs - 1}")
+    if not bool(np.all(np.isfinite(data))):
+        raise ValueError("BM25 matrix holds a score that is not finite")
 
 
 class RankBM25Scorer:
@@ -227,6 +262,9 @@ def load_bm25(build: Path, info: Any, *, n_chunks: int, backend: str, k1: float,
     scorer = Bm25sScorer.load(build)
     if scorer._n != n_chunks:
         raise ValueError(f"the saved BM25 matrix has {scorer._n} chunks, the build {n_chunks}")
+    if scorer._scale != float(k1) + 1.0:
+        raise ValueError(f"the saved BM25 matrix's scale {scorer._scale} is not k1 + 1 = "
+                         f"{float(k1) + 1.0}")
     return BM25Channel(scorer, backend=backend, n_chunks=n_chunks, tokenizer=tokenizer, k1=k1, b=b)
 
 

@@ -280,7 +280,7 @@ def _load_bm25(build: Path, manifest: dict[str, Any], chunks: list[Chunk], *, ba
                           k1=k1, b=b, tokenizer=tokenizer)
         if saved is not None:
             return saved
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError, IndexError) as exc:
         problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"warning: build {manifest.get('build_id')}: its saved BM25 is unusable "
               f"({problem}); rebuilding BM25 from its chunks", file=sys.stderr)
