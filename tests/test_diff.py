@@ -174,18 +174,10 @@ def test_negatives_whose_abstention_changed_are_listed():
 
 
 def test_rag_diff_to_a_closed_stdout_exits_141_silently(tmp_path):
-    import os
-    import subprocess
-    import sys
+    from conftest import run_rag
 
     uri, ids = _store(tmp_path)
     for extra in ([], ["--json"]):
-        r, w = os.pipe()
-        os.close(r)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "rag", "diff", ids["a"], ids["b"],
-                                   "--tracking-uri", uri, *extra], stdout=w,
-                                  stderr=subprocess.PIPE, text=True, timeout=300)
-        finally:
-            os.close(w)
+        proc = run_rag("diff", ids["a"], ids["b"], "--tracking-uri", uri, *extra,
+                       closed_stdout=True, timeout=300)
         assert proc.returncode == 141 and proc.stderr == "", (extra, proc.stderr[-2000:])

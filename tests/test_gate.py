@@ -533,18 +533,12 @@ def test_json_never_prints_nan():
 
 
 def test_gate_to_a_closed_stdout_exits_141_silently(store):
-    import os
+    from conftest import run_rag
 
     uri, ids, _, _ = store
     for extra in ([], ["--json"]):
-        r, w = os.pipe()
-        os.close(r)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "rag", "gate", ids["base"], ids["drop"],
-                                   "--tracking-uri", uri, *extra], stdout=w,
-                                  stderr=subprocess.PIPE, text=True, cwd=PROJECT, timeout=300)
-        finally:
-            os.close(w)
+        proc = run_rag("gate", ids["base"], ids["drop"], "--tracking-uri", uri, *extra,
+                       closed_stdout=True, timeout=300)
         assert proc.returncode == 141 and proc.stderr == "", (extra, proc.stderr[-2000:])
 
 

@@ -9,6 +9,8 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import run_rag
+
 from rag.cli import main as rag_cli
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, ms
@@ -120,22 +122,7 @@ def test_a_missing_store_is_not_created(tmp_path, capsys):
     assert not (tmp_path / "none.db").exists()
 
 
-def closed_stdout_run(*argv: str):
-    """``python -m rag ARGV`` with a stdout pipe whose reader has already gone (``| true``)."""
-    import os
-    import subprocess
-    import sys
-
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        return subprocess.run([sys.executable, "-m", "rag", *argv], stdout=w,
-                              stderr=subprocess.PIPE, text=True, timeout=300)
-    finally:
-        os.close(w)
-
-
 def test_export_to_a_closed_stdout_exits_141_silently(ledger_uri):
     uri, _ = ledger_uri
-    proc = closed_stdout_run("ledger", "export", "--tracking-uri", uri)
+    proc = run_rag("ledger", "export", "--tracking-uri", uri, closed_stdout=True, timeout=300)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr[-2000:]
