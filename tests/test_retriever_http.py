@@ -154,7 +154,7 @@ def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo
     stages = StageCache(embedder=embedder)
     local = run_mod.run_job(compose(run_overrides(tmp_path, fixture_repo, fixture_golden)), stages=stages)
     # the torch query encoder, as in process: the served metrics must then be equal to the
-    # last bit (rag serve's default ONNX export ranks the same, scores within ~1e-7)
+    # last bit (rag serve's default ONNX export scores within ~1e-6, so near-ties may swap)
     proc, base = process.start([f"corpus.path={fixture_repo}", "corpus.name=shop",
                                 f"paths.cache_dir={tmp_path / 'cache'}",
                                 "embedder.query_backend=torch"])
