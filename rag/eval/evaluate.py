@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from rag.eval.abstention import calibrate_abstention
 from rag.eval.attribution import row_columns, stage_metrics, trace_result
+from rag.eval.chunk_metrics import chunk_metrics
 from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
 from rag.eval.metric_names import tag_metric
 from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
@@ -38,12 +39,26 @@ class EvalResult:
         per_query: one row per query (positives then negatives).
         calibration: see :func:`rag.eval.abstention.calibrate_abstention`.
         run: query id -> {doc id -> score} after collapsing to the first chunk per doc id.
+        chunk_run: query id -> the ranking as returned, chunk by chunk, before abstention
+            (:func:`chunk_run_entry`: what chunk-level metrics such as semble's NDCG@10 read).
     """
 
     metrics: dict[str, float]
     per_query: list[dict[str, Any]]
     calibration: dict[str, Any]
     run: dict[str, dict[str, float]] = field(default_factory=dict)
+    chunk_run: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def chunk_run_entry(hit: Any, rank_: int) -> dict[str, Any]:
+    """One ranked chunk of a chunk-level run: ``rank`` (1-based, the order returned),
+    ``path``, ``start_line``, ``end_line`` (1-based, inclusive; 0 when unknown), ``symbol``,
+    ``chunk_id``, ``score`` (what the ranking sorted on) and ``scores`` (per stage/channel)."""
+    return {"rank": rank_, "path": hit.path, "start_line": int(hit.start_line or 0),
+            "end_line": int(hit.end_line or 0), "symbol": hit.symbol,
+            "chunk_id": hit.chunk_id, "score": float(hit.score),
+            "scores": {k: (None if v is None else float(v))
+                       for k, v in (getattr(hit, "scores", None) or {}).items()}}
 
 
 def hit_lines(hit: Any, units: CorpusUnits | None) -> Ranges | None:
@@ -225,6 +240,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     rows: list[dict[str, Any]] = []
     per_query_metrics: dict[str, dict[str, float]] = {}
     run: dict[str, dict[str, float]] = {}
+    chunk_run: dict[str, list[dict[str, Any]]] = {}
     timings: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     items: list[tuple[str, Any]] = [("positive", q) for q in golden.positives] + \
         [("negative", q) for q in golden.negatives]
@@ -264,11 +280,14 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
         }
         if hit_url is not None:  # the retrieval trace's links (rag/trace_links.py)
             row["trace_urls"] = " ".join(u for u in map(hit_url, res.ranked[:trace_n]) if u)
+        chunk_run[q.id] = [chunk_run_entry(h, i) for i, h in enumerate(res.ranked, 1)]
         if kind == "positive":
             ranked_units = collapse_units(res.ranked, q, **judge)
             scores = {d: v[0] for d, v in ranked_units.items()}
             run[q.id] = scores
             m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
+            # semble's NDCG@k on the chunks as returned (rag/eval/chunk_metrics.py)
+            m.update(chunk_metrics(res.ranked, q))
             for k in judged_ks:
                 m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
             per_query_metrics[q.id] = m
@@ -363,7 +382,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
                                target_dropped=target_dropped, bands_on_top_dense=bands)
     metrics.update(calibration_metrics(cal))
-    return EvalResult(metrics=metrics, per_query=rows, calibration=cal, run=run)
+    return EvalResult(metrics=metrics, per_query=rows, calibration=cal, run=run,
+                      chunk_run=chunk_run)
 
 
 def calibration_metrics(cal: dict[str, Any]) -> dict[str, float]:
@@ -405,3 +425,30 @@ def trec_run_lines(run: dict[str, dict[str, float]], tag: str) -> list[str]:
         for i, doc in enumerate(rank(run[qid]), start=1):
             lines.append(f"{qid} Q0 {trec_docno(doc)} {i} {run[qid][doc]:.17g} {tag}")
     return lines
+
+
+def chunk_run_lines(chunk_run: dict[str, list[dict[str, Any]]], tag: str) -> list[str]:
+    """The chunk-level run as TREC run-file lines ``qid Q0 docno rank score tag``: one line
+    per ranked chunk in the order returned (several chunks of one file each get a line), the
+    docno ``path#L<start>-<end>`` percent-encoded like every docno
+    (:func:`rag.eval.golden.trec_docno`; ``path`` alone when the chunk has no lines)."""
+    from rag.eval.golden import trec_docno
+
+    lines = []
+    for qid, hits in chunk_run.items():
+        for h in hits:
+            doc = (f"{h['path']}#L{h['start_line']}-{h['end_line']}" if h["start_line"] >= 1
+                   else h["path"])
+            lines.append(f"{qid} Q0 {trec_docno(doc)} {h['rank']} {h['score']:.17g} {tag}")
+    return lines
+
+
+def chunk_run_jsonl(chunk_run: dict[str, list[dict[str, Any]]],
+                    queries: dict[str, str]) -> str:
+    """The chunk-level run as JSON lines, one per query: ``{"query_id", "query", "hits":
+    [chunk_run_entry, ...]}`` (the TREC twin's content plus symbols and per-stage scores), so
+    any chunk-level metric can be recomputed from a ledger row alone."""
+    import json
+
+    return "".join(json.dumps({"query_id": qid, "query": queries.get(qid, ""), "hits": hits},
+                              ensure_ascii=False) + "\n" for qid, hits in chunk_run.items())

@@ -101,11 +101,16 @@ class GoldenQuery:
     not_relevant: tuple[Label, ...] = ()
     # where the query came from: hand, mined:git <sha>, mined:docstring, mined:github, ...
     source: str | None = None
+    # relevant units outside the indexed corpus (an external label set's target whose file
+    # is not in the tree, or not indexed under ``unindexed: keep``): nothing can retrieve
+    # them, yet they count as relevant (Recall's and the ideal DCG's denominators, qrels.txt),
+    # as trec_eval and semble count a relevant document that was never retrieved
+    unresolved: tuple[Label, ...] = ()
 
     @property
     def qrels(self) -> dict[str, int]:
-        """doc key -> grade."""
-        return {lab.doc_key: lab.grade for lab in self.relevant}
+        """doc key -> grade (relevant and unresolved labels)."""
+        return {lab.doc_key: lab.grade for lab in (*self.relevant, *self.unresolved)}
 
     @property
     def symbol_paths(self) -> dict[str, set[str]]:
@@ -140,6 +145,9 @@ class GoldenSet:
     tags: list[str] = field(default_factory=list)
     # the index's line structure the labels were resolved against (None: loaded without it)
     units: "CorpusUnits | None" = None
+    # ``unindexed: keep``: the labels (``file:line: path``) that named a file the index does
+    # not hold and were kept as unresolved
+    unindexed: list[str] = field(default_factory=list)
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> Ranges:
@@ -312,7 +320,8 @@ def _load_yaml(path: Path, problems: list[str]) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         problems.append(f"{path}:1: expected a mapping at the top level")
         return None
-    allowed = {"corpus", "queries" if path.name == QUERIES_FILE else "negatives", "__line__"}
+    allowed = {"corpus", "queries" if path.name == QUERIES_FILE else "negatives", "__line__",
+               *(("unindexed",) if path.name == QUERIES_FILE else ())}
     extra = set(data) - allowed
     if extra:
         problems.append(f"{path}:1: unknown top-level key(s) {sorted(extra)}")
@@ -451,6 +460,11 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     seen: dict[str, str] = {}
     positives: list[GoldenQuery] = []
     negatives: list[NegativeQuery] = []
+    unindexed = (qdata or {}).get("unindexed", "error")
+    if unindexed not in ("error", "keep"):
+        problems.append(f"{qpath}: unindexed must be 'error' or 'keep', got {unindexed!r}")
+    keep_unindexed = unindexed == "keep"
+    moved: list[str] = []
 
     def check_id(qid: Any, where: str) -> bool:
         if not isinstance(qid, str) or not _ID.match(qid):
@@ -479,7 +493,7 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 continue
             where = f"{qpath}:{item.get('__line__', '?')}"
             extra = set(item) - {"id", "query", "tags", "types", "relevant", "not_relevant",
-                                 "note", "source", "__line__"}
+                                 "note", "source", "unresolved", "__line__"}
             if extra:
                 problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             qid = item.get("id")
@@ -487,12 +501,26 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             kw = dict(qid=qid, qpath=qpath, problems=problems, paths=paths, symbols=symbols,
                       units=units)
             rel = item.get("relevant")
-            if not isinstance(rel, list) or not rel:
+            raw_unres = item.get("unresolved") or []
+            if not isinstance(raw_unres, list):
+                problems.append(f"{where}: query {qid!r}: unresolved must be a list of labels")
+                raw_unres = []
+            if not isinstance(rel, list) or (not rel and not raw_unres):
                 problems.append(f"{where}: query {qid!r} needs at least one 'relevant' label")
                 rel = []
+            if keep_unindexed and paths is not None:  # labels of files the walk did not index
+                kept = [r for r in rel if not (isinstance(r, dict) and isinstance(
+                    r.get("path"), str) and r["path"] not in paths)]
+                moved += [f"{where}: {r['path']}" for r in rel if r not in kept]
+                raw_unres = [*raw_unres, *(r for r in rel if r not in kept)]
+                rel = kept
             labels = [lab for raw in rel
                       if (lab := _parse_label(raw, what="relevant", **kw)) is not None]
-            _check_units(labels, where, qid, "relevant", problems)
+            unresolved = [lab for raw in raw_unres
+                          if (lab := _parse_label(raw, what="unresolved", **{
+                              **kw, "paths": None, "symbols": None, "units": None}))
+                          is not None]
+            _check_units([*labels, *unresolved], where, qid, "relevant", problems)
             nrel = item.get("not_relevant")
             if nrel is None:
                 nrel = []
@@ -521,7 +549,8 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                                              types=tuple(types),
                                              relevant=tuple(labels),
                                              line=item.get("__line__", 0),
-                                             not_relevant=tuple(negative), source=source))
+                                             not_relevant=tuple(negative), source=source,
+                                             unresolved=tuple(unresolved)))
     if ndata is not None:
         items = ndata.get("negatives")
         if not isinstance(items, list):
@@ -549,7 +578,7 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     tags = sorted({t for q in positives for t in q.tags})
     return GoldenSet(positives=positives, negatives=negatives, fingerprint=h.hexdigest(),
                      directory=directory, corpus=(qdata or {}).get("corpus"), tags=tags,
-                     units=units)
+                     units=units, unindexed=moved)
 
 
 def trec_docno(doc_id: str) -> str:

@@ -29,6 +29,9 @@ PARAM_MAX_CHARS = 500
 RUN_FILE = "run.trec.txt"
 RUN_FILE_NAMES = (RUN_FILE, "run.trec")
 QRELS_FILE = "qrels.txt"
+# the ranking as returned, chunk by chunk (rag/eval/evaluate.py chunk_run_lines / _jsonl)
+CHUNK_RUN_FILE = "run.chunks.trec.txt"
+CHUNK_RUN_JSONL = "run.chunks.jsonl"
 # Every row is tagged as an evaluation run (mlflow.utils.mlflow_tags.MLFLOW_RUN_TYPE): the
 # bundled UI (3.17) expands the parent of runs whose runType is "evaluation" in the runs table
 RUN_TYPE_TAG = "mlflow.runType"

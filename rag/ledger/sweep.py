@@ -341,6 +341,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
     def __init__(self, prebuild: bool = True) -> None:
         # (uri, corpus -> parent run, sweep id, corpus -> experiment id)
         self._open: tuple[str, dict[str, str], str, dict[str, str]] | None = None
+        self._names: dict[str, str] = {}  # corpus -> experiment name
         # build every distinct index of the sweep once, before any job (rag/ledger/prebuild.py);
         # off with +hydra.callbacks.sweep.prebuild=false
         self.prebuild = prebuild
@@ -388,7 +389,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
     def _open_sweep(self, config: Any, name: str) -> None:
         import atexit
 
-        from rag.config import ledger_uri, output_path, register_configs
+        from rag.config import experiment_name, ledger_uri, output_path, register_configs
         from rag.ledger.mlflow_store import Ledger
 
         register_configs()
@@ -396,9 +397,12 @@ class SweepCallback(Callback):  # type: ignore[misc]
         t = config.tracking
         uri = ledger_uri(config)
         ledger = Ledger(uri, output_path(config, t.artifact_root))
-        # one experiment per corpus: the run's own, or every corpus of a suite
-        corpora = list(suite_corpora(config).values()) or [str(config.corpus.name)]
-        exps = {c: ledger.experiment_id(f"{t.experiment_prefix}-{c}") for c in corpora}
+        # one experiment per corpus: the run's own, or every corpus of a suite (a semble
+        # suite's repositories share one experiment: rag.config.experiment_name)
+        corpora = list(suite_corpora(config).values())
+        names = ({c: f"{t.experiment_prefix}-{c}" for c in corpora} if corpora
+                 else {experiment_name(config): experiment_name(config)})
+        exps = {c: ledger.experiment_id(n) for c, n in names.items()}
         # keys that vary: the sweep file's multi-valued params and any "k=a,b" on the command line
         varying = {str(k).lstrip("+~") for k, v in (config.hydra.sweeper.get("params") or {}).items()
                    if "," in str(v)}
@@ -418,6 +422,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
             "sweep_id": sweep_id, "parent_run_id": first, "parent_run_ids": parents,
             "varying": sorted(varying), "started_at": time.time()}))
         self._open = (uri, parents, sweep_id, exps)
+        self._names = names
         atexit.register(self._close_if_open)
         print(f"sweep {sweep_id}: parent run" + ("s " if len(parents) > 1 else " ")
               + ", ".join(f"{p} ({c})" if len(parents) > 1 else p for c, p in parents.items()))
@@ -459,8 +464,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         for corpus, exp_id in exps.items():
             sig = sweep_significance(ledger, exp_id, sweep_id)  # Holm within each corpus
             rows = ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'")
-            suite_rows += [LedgerRow.from_mlflow(r, f"{t.experiment_prefix}-{corpus}")
-                           for r in rows]
+            suite_rows += [LedgerRow.from_mlflow(r, self._names[corpus]) for r in rows]
             summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
                        "corpus": corpus, "rows": len(rows), **sig}
             if len(exps) > 1:
@@ -479,7 +483,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
                                    "sweep_significance.json")
             try:  # the summary table and the sweep's figures, on the parent run
                 log_sweep_summary(ledger, parents[corpus], [
-                    LedgerRow.from_mlflow(r, f"{t.experiment_prefix}-{corpus}") for r in rows])
+                    LedgerRow.from_mlflow(r, self._names[corpus]) for r in rows])
             except Exception as exc:  # noqa: BLE001 - the rows and significance are logged
                 print(f"warning: sweep {sweep_id}: summary table or figures not logged "
                       f"({type(exc).__name__}: {exc})", file=sys.stderr)
