@@ -10,7 +10,7 @@ TSTAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: help install corpus run report test test-fast clean sysdeps
+.PHONY: help install corpus run report test test-fast clean sysdeps peers
 
 help:
 	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
@@ -36,12 +36,29 @@ $(TSTAMP): $(STAMP)
 
 install: $(STAMP)
 
+# peers evaluated through rag (rag/peers/): semble 0.7.0 (MinishLab's code search), run by
+# rag/peers/semble_worker.py in a venv of its own: its huggingface_hub, tokenizers and
+# tree-sitter pins clash with rag's. Optional: when it cannot be installed, semble's rows are
+# skipped with the reason and make carries on (the stamp is then not written, so the next make
+# tries again). ripgrep, the other peer, comes from `make sysdeps`.
+SEMBLE_VENV  ?= .venv-peers/semble
+SEMBLE_PY    := $(SEMBLE_VENV)/bin/python
+SEMBLE_STAMP := $(SEMBLE_VENV)/.installed
+
+$(SEMBLE_STAMP): peers/semble/requirements.txt
+	@{ { test -x $(SEMBLE_PY) || $(PYTHON) -m venv $(SEMBLE_VENV); } \
+	   && $(SEMBLE_PY) -m pip --disable-pip-version-check install -q -r peers/semble/requirements.txt \
+	   && touch $@; } \
+	  || echo "note: semble 0.7.0 could not be installed in $(SEMBLE_VENV): semble's rows will be skipped"
+
+peers: $(SEMBLE_STAMP)
+
 corpus: $(STAMP)
 	$(PY) -m rag.corpus.fetch flask==3.1.3
 
 # the ledger row, then the published build that `rag search` and `rag serve` read (its
 # embeddings come from the run's cache: nothing is embedded twice)
-run: $(STAMP)
+run: $(STAMP) peers
 	$(PY) -m rag.run
 	$(VENV)/bin/rag index
 
@@ -77,11 +94,11 @@ sysdeps:
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1) \
 	  || echo "note: chromium not installed (apt-get unavailable or not root): rag ledger screenshots cannot run and tests/test_ledger_screenshots.py is skipped; install Debian's chromium by hand to use it"
 
-test: $(TSTAMP) sysdeps
+test: $(TSTAMP) sysdeps peers
 	$(PY) -m pytest
 
-test-fast: $(TSTAMP) sysdeps
+test-fast: $(TSTAMP) sysdeps peers
 	$(PY) -m pytest -m "not integration"
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache

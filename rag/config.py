@@ -484,7 +484,9 @@ class RetrieverConfig:
     stages, configured by the other groups), ``run_file`` (a TREC run file or a directory of
     them: ``path``), ``python`` (``factory: "module:function"``, called with the config,
     returning an object with ``retrieve(query, *, depth)``), or ``http`` (each query POSTed
-    to ``url``; the ``http`` keys below, README "Evaluating another retriever")."""
+    to ``url``; the ``http`` keys below, README "Evaluating another retriever"), or a peer:
+    ``semble`` (PyPI semble 0.7.0, ``mode`` ranked | bm25) or ``ripgrep`` (``mode`` fixed |
+    regex), rag/peers/."""
 
     kind: str = "pipeline"
     path: Optional[str] = None
@@ -503,6 +505,12 @@ class RetrieverConfig:
     retries: int = 2
     backoff_s: float = 0.5
     concurrency: int = 1
+    # peers (rag/peers/): semble's mode (ranked | bm25) or ripgrep's (fixed | regex); null:
+    # the peer's default (ranked, fixed)
+    mode: Optional[str] = None
+    # semble: the interpreter of its own virtual environment (make peers); null:
+    # .venv-peers/semble/bin/python under the project root
+    python: Optional[str] = None
 
 
 class DatasetFormat(str, Enum):

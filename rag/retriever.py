@@ -21,6 +21,8 @@ builder takes the composed config and keyword-only resources and returns a Retri
   empty answer with ``reason`` "not in the run file" and are counted (``missing_queries``).
 * ``python`` — ``retriever.factory: "module:function"``, called with the config, returning
   any object with a ``retrieve(query, *, depth)`` method.
+* ``semble`` / ``ripgrep`` — peers (rag/peers/): PyPI semble 0.7.0 in its model-free modes,
+  and ripgrep as semble's benchmark runs it; opened on the corpus root (``open(root)``).
 * ``http`` — :class:`HttpRetriever`, each query POSTed to ``retriever.url`` (``rag serve``
   itself, or a user's service). A query the service could not answer (timeout, connection
   error or 5xx after the retries, another 4xx, an answer that does not map) gets an empty
@@ -635,9 +637,24 @@ def _http(cfg: Any, *, pipeline: SearchPipeline | None = None, **_: Any) -> Http
                          path_categories=cats)
 
 
-# retriever.kind -> builder(cfg, *, pipeline=...) -> Retriever
+def _semble(cfg: Any, **kw: Any) -> Any:
+    from rag.peers.semble_retriever import build
+
+    return build(cfg, **kw)
+
+
+def _ripgrep(cfg: Any, **kw: Any) -> Any:
+    from rag.peers.ripgrep_retriever import build
+
+    return build(cfg, **kw)
+
+
+# retriever.kind -> builder(cfg, *, pipeline=...) -> Retriever. A retriever with an
+# ``open(corpus_root)`` method (the peers, rag/peers/) is opened on the run's corpus root once
+# it is known, and ``close()``d when the run ends.
 RETRIEVERS: dict[str, Callable[..., Any]] = {"pipeline": _pipeline, "run_file": _run_file,
-                                             "python": _python, "http": _http}
+                                             "python": _python, "http": _http,
+                                             "semble": _semble, "ripgrep": _ripgrep}
 
 
 def build_retriever(cfg: Any, **resources: Any) -> Any:

@@ -331,6 +331,11 @@ def open_ledger(cfg: DictConfig):
         raise RunError(str(exc)) from None
 
 
+class PeerSkipped(RunError):
+    """A peer retriever (rag/peers/) is not installed: the run is skipped with this reason
+    and writes no ledger row (exit 0; a suite's other jobs run)."""
+
+
 def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, float]:
     """Execute one evaluation and (if tracking is on) log it as one ledger row.
 
@@ -348,10 +353,6 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     Raises:
         RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
     """
-    from rag.eval.evaluate import chunk_run_jsonl, chunk_run_lines, evaluate, trec_run_lines
-    from rag.eval.golden import GoldenError, corpus_units, load_golden, trec_qrels_lines
-    from rag.search.pipeline import SearchOptions, SearchPipeline
-
     t_start = time.perf_counter()
     started_ms = int(time.time() * 1000)  # the ledger row's start time (MLflow shows durations)
     try:
@@ -371,13 +372,42 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
             raise RunError(str(exc)) from None
     from rag.retriever import build_retriever
 
+    from rag.peers import PeerUnavailable
+
     retriever = None  # an external retriever is built (and its settings checked) before indexing
     if str(cfg.retriever.kind) != "pipeline":
         try:
             retriever = build_retriever(cfg)
+        except PeerUnavailable as exc:
+            raise PeerSkipped(str(exc)) from None
         except (ValueError, OSError) as exc:
             raise RunError(str(exc)) from None
     root, golden_dir, dataset_tags = run_inputs(cfg)
+    if hasattr(retriever, "open"):  # a peer indexes the corpus itself (rag/peers/)
+        try:
+            retriever.open(root)
+        except PeerUnavailable as exc:
+            raise PeerSkipped(str(exc)) from None
+    try:
+        return _evaluate_and_log(cfg, retriever=retriever, root=root, golden_dir=golden_dir,
+                                 dataset_tags=dataset_tags, stages=stages, ledger=ledger,
+                                 calibration=calibration, t_start=t_start,
+                                 started_ms=started_ms)
+    finally:
+        if hasattr(retriever, "close"):
+            retriever.close()
+
+
+def _evaluate_and_log(cfg: DictConfig, *, retriever: Any, root: Path, golden_dir: Path,
+                      dataset_tags: dict[str, str], stages: StageCache | None, ledger: Any,
+                      calibration: Any, t_start: float, started_ms: int) -> dict[str, float]:
+    """Index, load the golden set, evaluate ``retriever`` (the pipeline when None) and log
+    the row: the second half of :func:`run_job`."""
+    from rag.eval.evaluate import chunk_run_jsonl, chunk_run_lines, evaluate, trec_run_lines
+    from rag.eval.golden import GoldenError, corpus_units, load_golden, trec_qrels_lines
+    from rag.retriever import build_retriever
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
                         allow_mismatch=bool(cfg.eval.allow_corpus_mismatch),
                         advice=("a dataset names its corpus with dataset.name (it sets corpus.name "
@@ -566,6 +596,9 @@ def main(cfg: DictConfig) -> float:
         pass
     try:
         metrics = run_job(cfg)
+    except PeerSkipped as exc:
+        print(f"skipped: {exc}", file=sys.stderr)
+        return 0.0
     except BaseException as exc:
         ctx = _sweep_context()
         if not isinstance(exc, RunError):

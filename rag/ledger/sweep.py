@@ -449,6 +449,40 @@ class SweepCallback(Callback):  # type: ignore[misc]
             print(f"warning: the incomplete sweep {sweep_id} was not compared with its baseline "
                   f"({type(exc).__name__}: {exc})", file=sys.stderr)
 
+    @staticmethod
+    def _repository_suite(ledger: Any, config: Any, parents: dict[str, str],
+                          rows: list[Any]) -> None:
+        """A repository suite (``+suite=semble``): the tables of
+        :func:`rag.ledger.suite_tables.suite_tables` (per-query tests from the rows'
+        per_query.csv) logged on the parent as ``suite_tables.json`` / ``.md`` and printed."""
+        from rag.ledger.figures import per_query_frame_any
+        from rag.ledger.mlflow_store import LedgerError
+        from rag.ledger.suite_tables import render_suite_tables, suite_tables
+
+        frames = {}
+        for r in rows:
+            try:
+                frames[r.run_id] = per_query_frame_any(ledger.download_text(r.run_id,
+                                                                            "per_query.csv"))
+            except LedgerError:
+                continue
+        tables = suite_tables(rows, frames=frames, baseline=str(config.sweep.baseline or "")
+                              or None)
+        md = "\n".join(render_suite_tables(tables)) + "\n"
+        for parent_id in parents.values():
+            ledger.client.log_text(parent_id, json.dumps(tables, indent=2) + "\n",
+                                   "suite_tables.json")
+            ledger.client.log_text(parent_id, md, "suite_tables.md")
+        m = tables["metric"]
+        print(f"suite {config.suite.name}: {m}, macro over repositories (micro over queries)")
+        for c in tables["configs"]:
+            mac, mic = c["macro"].get(m), c["micro"].get(m)
+            cats = ", ".join(f"{k} {v['macro_' + m]:.3f}" for k, v in c["categories"].items()
+                             if v.get("macro_" + m) is not None)
+            print(f"  {c['config']}: macro {'n/a' if mac is None else f'{mac:.3f}'} (micro "
+                  f"{'n/a' if mic is None else f'{mic:.3f}'}; {c['repos_with_rows']} "
+                  f"repositories); by category, macro: {cats}")
+
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if self._open is None:
             return
@@ -488,7 +522,9 @@ class SweepCallback(Callback):  # type: ignore[misc]
                 print(f"warning: sweep {sweep_id}: summary table or figures not logged "
                       f"({type(exc).__name__}: {exc})", file=sys.stderr)
             ledger.client.set_tag(parents[corpus], "sweep_rows", str(len(rows)))
-        if config.suite.name:
+        if config.suite.name and any(r.tags.get("dataset_repo") for r in suite_rows):
+            self._repository_suite(ledger, config, parents, suite_rows)
+        elif config.suite.name:
             table = suite_summary(suite_rows)
             for parent_id in parents.values():
                 ledger.client.log_text(parent_id, json.dumps(table, indent=2) + "\n",
