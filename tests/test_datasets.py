@@ -305,7 +305,7 @@ def test_dataset_config_is_checked_and_errors_are_one_line(tmp_path, compose, fi
     for overrides, message in [
         (["dataset=beir"], "dataset=beir needs dataset.path=DIR"),
         (["dataset=trec", "dataset.topics=t"], "dataset=trec needs dataset.qrels=FILE"),
-        (["dataset.path=x"], "dataset.path is not read without dataset=beir or dataset=trec"),
+        (["dataset.path=x"], "dataset.path is not read without a dataset= group (beir, trec, semble)"),
         (["dataset=beir", "dataset.path=x", "corpus.path=y"], "brings its own corpus"),
         (["dataset=beir", "dataset.path=x", "dataset.split=../x"], "dataset.split must be"),
         (["dataset=beir", "dataset.path=x", "dataset.name=a/b"], "dataset.name='a/b'"),
