@@ -97,6 +97,14 @@ def test_targets_of_a_golden_query_cover_files_spans_symbols_and_unresolved():
                         unresolved=(Label("lib/gone.py"),))
     assert targets_of(q) == [Target("a.py"), Target("b.py", ((3, 4),)),
                              Target("c.py", ((1, 2), (8, 9))), Target("lib/gone.py")]
+    # a corpus that is a subtree of the labels' repository: relevant paths as annotated,
+    # so the suffix rule is not looser than semble's (request.rb would match auth/request.rb)
+    sub = SimpleNamespace(relevant=(Label("request.rb"),), unresolved=(Label("lib/rack.rb"),))
+    assert targets_of(sub, "lib/rack") == [Target("lib/rack/request.rb"), Target("lib/rack.rb")]
+    chunks = [("auth/abstract/request.rb", 1, 5), ("request.rb", 1, 9)]
+    assert semble_ndcg(chunks, targets_of(sub, "lib/rack"), 10) == pytest.approx(
+        (1 / L3) / (1 + 1 / L3))
+    assert semble_ndcg(chunks, targets_of(sub), 10) == pytest.approx(1 / (1 + 1 / L3))
     hits = [SimpleNamespace(path="c.py", start_line=5, end_line=8),
             SimpleNamespace(path="a.py", start_line=1, end_line=3)]
     got = chunk_metrics(hits, q)
@@ -158,6 +166,7 @@ def test_conversion_strips_the_root_keeps_spans_and_unresolved_targets(tmp_path)
     assert (prep.corpus_root / "tree.go").is_file() and not prep.reused
     golden = yaml.safe_load((prep.golden_dir / "queries.yaml").read_text())
     assert golden["corpus"] == "semble-chi" and golden["unindexed"] == "keep"
+    assert golden["subtree"] == "src"
     q = {e["id"]: e for e in golden["queries"]}
     assert list(q) == ["chi-001", "chi-002", "chi-003"]
     assert q["chi-001"]["relevant"] == [{"path": "tree.go"}] and q["chi-001"]["tags"] == ["semantic"]

@@ -280,17 +280,17 @@ def _dump_entries(key: str, entries: list[dict]) -> str:
 
 
 def write_golden(directory: Path, *, corpus: str | None, positives: list[dict],
-                 negatives: list[dict], head: str, unindexed: str | None = None) -> None:
+                 negatives: list[dict], head: str, settings: dict[str, str] | None = None) -> None:
     """Write ``queries.yaml`` and ``negatives.yaml`` (golden/README.md) into ``directory``.
 
     ``corpus``: the sets' ``corpus:`` field (None: left out, any corpus may be evaluated).
     An empty ``negatives`` is written as ``negatives: []``: abstention rates are then not
-    measured (absent from the row, not 0), as for CoSQA. ``unindexed`` (``keep``): written
-    as the queries file's ``unindexed:`` policy (golden/README.md).
+    measured (absent from the row, not 0), as for CoSQA. ``settings``: top-level keys of the
+    queries file (``unindexed``, ``subtree``: golden/README.md), written after ``corpus:``.
     """
     directory.mkdir(parents=True, exist_ok=True)
     top = f"corpus: {json.dumps(corpus)}\n" if corpus else ""
-    policy = f"unindexed: {unindexed}\n" if unindexed else ""
+    policy = "".join(f"{k}: {json.dumps(v)}\n" for k, v in (settings or {}).items())
     (directory / "queries.yaml").write_text(head + top + policy
                                             + _dump_entries("queries", positives),
                                             encoding="utf-8")

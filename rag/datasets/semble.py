@@ -25,6 +25,11 @@ naming the member) and ``golden/``:
   tagged with its category; semble has no negatives, so abstention rates are n/a;
 * ``relevant`` and ``secondary`` targets are all relevant, grade 1 (semble's gains are binary);
   a path becomes corpus-relative (``benchmark_root/`` stripped), a span becomes ``lines``;
+* the golden set's ``subtree:`` is ``benchmark_root``: chunk-level metrics compare a chunk's
+  path with ``subtree/label path``, the path as annotated, exactly as semble compares its
+  subtree-relative chunk paths with annotated paths (its suffix rule is looser for a shorter
+  target: ``request.rb`` would match ``auth/abstract/request.rb``, ``lib/rack/request.rb`` does
+  not);
 * a target whose file is not in the subtree (outside ``benchmark_root``, or not in the
   snapshot) is kept under ``unresolved:`` with its path as annotated: it counts in the ideal
   DCG of ``semble_ndcg_at_10`` and as a relevant unit nothing can retrieve in rag's own
@@ -52,6 +57,8 @@ REPOS_FILE = "repos.json"
 ANNOTATIONS_DIR = "annotations"
 SNAPSHOTS_DIR = "snapshots"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# bump when the conversion writes something else: every repository is converted again
+SEMBLE_READER = 2
 
 
 @dataclass(frozen=True)
@@ -410,7 +417,7 @@ def prepare_semble(root: Path, *, repo: str, name: str, cache_root: Path) -> Pre
     try:
         fp = fingerprint("semble", corpus_name, {"annotations": ann,
                                                  "snapshot": digest or snapshot},
-                         spec=spec.__dict__)
+                         spec=spec.__dict__, semble_reader=SEMBLE_READER)
     finally:
         if digest is not None:
             shutil.rmtree(digest.parent, ignore_errors=True)
@@ -426,7 +433,8 @@ def prepare_semble(root: Path, *, repo: str, name: str, cache_root: Path) -> Pre
                                            annotations=ann)
         # a labelled file the walk skips stays a target (semble indexes what it likes)
         write_golden(tmp / GOLDEN_DIR, corpus=corpus_name, positives=positives, negatives=[],
-                     unindexed="keep",
+                     settings={"unindexed": "keep", **({"subtree": spec.benchmark_root}
+                                                       if spec.benchmark_root else {})},
                      head=f"# converted by rag/datasets/semble.py from {ann} and {snapshot}; "
                           "'source' comments name the entries read\n")
         files = sum(1 for p in corpus.rglob("*") if p.is_file())

@@ -17,7 +17,9 @@ chunks of one file included:
 rag's golden labels map onto targets one to one (:func:`targets_of`): a file label is a path
 target; a span label a span target; a symbol label resolved against the index a target whose
 span is the symbol's lines (several ranges: any overlap); the query's ``unresolved`` labels
-are targets too. Names in the ledger: ``semble_ndcg_at_10`` and ``semble_ndcg_at_5``
+are targets too. A golden set whose corpus is a ``subtree`` of the labels' repository (a
+semble repository's ``benchmark_root``) has its relevant labels' paths compared as
+``subtree/path``, as annotated: semble's suffix rule is looser for a shorter target. Names in the ledger: ``semble_ndcg_at_10`` and ``semble_ndcg_at_5``
 (:data:`SEMBLE_KS`).
 """
 
@@ -112,9 +114,14 @@ def label_target(label: Any) -> Target:
     return Target(label.path)
 
 
-def targets_of(query: Any) -> list[Target]:
-    """A golden query's targets: every ``relevant`` label, then every ``unresolved`` one."""
-    return [label_target(lab) for lab in (*query.relevant, *getattr(query, "unresolved", ()))]
+def targets_of(query: Any, subtree: str | None = None) -> list[Target]:
+    """A golden query's targets: every ``relevant`` label (its path under ``subtree``, when
+    given), then every ``unresolved`` one (already relative to the repository)."""
+    out = []
+    for lab in query.relevant:
+        t = label_target(lab)
+        out.append(Target(f"{subtree}/{t.path}", t.spans) if subtree else t)
+    return out + [label_target(lab) for lab in getattr(query, "unresolved", ())]
 
 
 def hit_chunks(hits: Sequence[Any]) -> list[tuple[str, int, int]]:
@@ -123,7 +130,9 @@ def hit_chunks(hits: Sequence[Any]) -> list[tuple[str, int, int]]:
     return [(h.path, int(h.start_line or 0), int(h.end_line or 0)) for h in hits]
 
 
-def chunk_metrics(hits: Sequence[Any], query: Any) -> dict[str, float]:
-    """``semble_ndcg_at_<k>`` for every k of :data:`SEMBLE_KS`, on ``hits`` as ranked."""
-    chunks, targets = hit_chunks(hits), targets_of(query)
+def chunk_metrics(hits: Sequence[Any], query: Any, *, subtree: str | None = None
+                  ) -> dict[str, float]:
+    """``semble_ndcg_at_<k>`` for every k of :data:`SEMBLE_KS`, on ``hits`` as ranked
+    (``subtree``: :func:`targets_of`)."""
+    chunks, targets = hit_chunks(hits), targets_of(query, subtree)
     return {semble_metric(k): semble_ndcg(chunks, targets, k) for k in SEMBLE_KS}

@@ -287,7 +287,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
             run[q.id] = scores
             m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
             # semble's NDCG@k on the chunks as returned (rag/eval/chunk_metrics.py)
-            m.update(chunk_metrics(res.ranked, q))
+            m.update(chunk_metrics(res.ranked, q, subtree=golden.subtree))
             for k in judged_ks:
                 m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
             per_query_metrics[q.id] = m

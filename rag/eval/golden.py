@@ -102,9 +102,10 @@ class GoldenQuery:
     # where the query came from: hand, mined:git <sha>, mined:docstring, mined:github, ...
     source: str | None = None
     # relevant units outside the indexed corpus (an external label set's target whose file
-    # is not in the tree, or not indexed under ``unindexed: keep``): nothing can retrieve
-    # them, yet they count as relevant (Recall's and the ideal DCG's denominators, qrels.txt),
-    # as trec_eval and semble count a relevant document that was never retrieved
+    # is not in the tree, or not indexed under ``unindexed: keep``), their paths relative to
+    # the repository (with the set's ``subtree:`` prefix): nothing can retrieve them, yet
+    # they count as relevant (Recall's and the ideal DCG's denominators, qrels.txt), as
+    # trec_eval and semble count a relevant document that was never retrieved
     unresolved: tuple[Label, ...] = ()
 
     @property
@@ -148,6 +149,10 @@ class GoldenSet:
     # ``unindexed: keep``: the labels (``file:line: path``) that named a file the index does
     # not hold and were kept as unresolved
     unindexed: list[str] = field(default_factory=list)
+    # the folder of the labels' repository that the corpus is (``subtree:``): a relevant
+    # label's path as written in the repository is ``subtree/path``; unresolved labels are
+    # written that way already (chunk-level metrics compare chunk paths with those)
+    subtree: str | None = None
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> Ranges:
@@ -321,7 +326,7 @@ def _load_yaml(path: Path, problems: list[str]) -> dict[str, Any] | None:
         problems.append(f"{path}:1: expected a mapping at the top level")
         return None
     allowed = {"corpus", "queries" if path.name == QUERIES_FILE else "negatives", "__line__",
-               *(("unindexed",) if path.name == QUERIES_FILE else ())}
+               *(("unindexed", "subtree") if path.name == QUERIES_FILE else ())}
     extra = set(data) - allowed
     if extra:
         problems.append(f"{path}:1: unknown top-level key(s) {sorted(extra)}")
@@ -465,6 +470,13 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
         problems.append(f"{qpath}: unindexed must be 'error' or 'keep', got {unindexed!r}")
     keep_unindexed = unindexed == "keep"
     moved: list[str] = []
+    subtree = (qdata or {}).get("subtree")
+    if subtree is not None and (not isinstance(subtree, str) or not subtree.strip("/")
+                                or subtree.startswith("/") or ".." in subtree.split("/")):
+        problems.append(f"{qpath}: subtree must be a relative folder of the repository, got "
+                        f"{subtree!r}")
+        subtree = None
+    subtree = subtree.strip("/") if subtree else None
 
     def check_id(qid: Any, where: str) -> bool:
         if not isinstance(qid, str) or not _ID.match(qid):
@@ -512,7 +524,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 kept = [r for r in rel if not (isinstance(r, dict) and isinstance(
                     r.get("path"), str) and r["path"] not in paths)]
                 moved += [f"{where}: {r['path']}" for r in rel if r not in kept]
-                raw_unres = [*raw_unres, *(r for r in rel if r not in kept)]
+                # unresolved paths are the repository's: the subtree's prefix goes back on
+                raw_unres = [*raw_unres, *({**r, "path": f"{subtree}/{r['path']}"} if subtree
+                                           else r for r in rel if r not in kept)]
                 rel = kept
             labels = [lab for raw in rel
                       if (lab := _parse_label(raw, what="relevant", **kw)) is not None]
@@ -578,7 +592,7 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     tags = sorted({t for q in positives for t in q.tags})
     return GoldenSet(positives=positives, negatives=negatives, fingerprint=h.hexdigest(),
                      directory=directory, corpus=(qdata or {}).get("corpus"), tags=tags,
-                     units=units, unindexed=moved)
+                     units=units, unindexed=moved, subtree=subtree)
 
 
 def trec_docno(doc_id: str) -> str:
