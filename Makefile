@@ -10,13 +10,15 @@ TSTAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: help install corpus run report test test-fast clean sysdeps peers
+.PHONY: help install corpus run report test test-fast clean sysdeps peers docs
 
 help:
 	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
 	@echo "make test       install with test extras, run the whole test suite"
 	@echo "make test-fast  tests without the real-corpus integration tests"
 	@echo "make report     rewrite reports/ledger.md from mlflow.db"
+	@echo "make docs       build the documentation site into site/ (warnings are errors)"
+	@echo "make peers      install the peers evaluated through rag (semble 0.7.0)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +67,11 @@ run: $(STAMP) peers
 report: $(STAMP)
 	$(PY) -m rag.report
 
+# the documentation site (mkdocs.yml; the configuration reference is generated from the
+# schema by docs/_hooks/generate.py), into site/, any warning an error
+docs: $(TSTAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 # system packages the tests use where present: ripgrep (the grep channel's rg backend);
 # without it (no apt, no root) the channel runs in Python and the parity test is skipped.
 # Debian's nodejs + npm: `npm pack` fetches the TypeScript corpus (corpus=zod); without it
@@ -101,4 +108,4 @@ test-fast: $(TSTAMP) sysdeps peers
 	$(PY) -m pytest -m "not integration"
 
 clean:
-	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache
+	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache site

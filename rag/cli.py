@@ -1,6 +1,6 @@
 """The ``rag`` command.
 
-Every subcommand exits with the statuses of one table (rag/exit_codes.py, README "Exit
+Every subcommand exits with the statuses of one table (rag/exit_codes.py, docs/cli.md "Exit
 codes"); a closed stdout (``rag search q | head -1``) and Ctrl-C are handled once, here
 (:func:`rag.exit_codes.guarded`), never with a traceback. ``rag --version`` prints the
 installed version; ``rag completion bash|zsh`` prints a completion script (shtab).
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluation harness and experiment tracker for retrieval over code repositories.",
         epilog="Exit status: 0 ok, 1 check failed (regression, label rot), 2 could not run "
                "(bad usage, config or input), 3 no result, 130 interrupted, 141 stdout closed "
-               "(README, Exit codes).")
+               "(docs/cli.md, Exit codes).")
     parser.add_argument("--version", action=_VersionAction, nargs=0,
                         help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", required=True)

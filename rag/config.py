@@ -484,7 +484,7 @@ class RetrieverConfig:
     stages, configured by the other groups), ``run_file`` (a TREC run file or a directory of
     them: ``path``), ``python`` (``factory: "module:function"``, called with the config,
     returning an object with ``retrieve(query, *, depth)``), or ``http`` (each query POSTed
-    to ``url``; the ``http`` keys below, README "Evaluating another retriever"), or a peer:
+    to ``url``; the ``http`` keys below, docs/retrievers.md), or a peer:
     ``semble`` (PyPI semble 0.7.0, ``mode`` ranked | bm25) or ``ripgrep`` (``mode`` fixed |
     regex), rag/peers/."""
 
@@ -528,7 +528,7 @@ class DatasetFormat(str, Enum):
 @dataclass
 class DatasetConfig:
     """An external dataset in a standard format, evaluated instead of ``eval.golden_dir``
-    (conf/dataset/, README "Datasets"; readers: rag/datasets/beir.py, rag/datasets/trec.py).
+    (conf/dataset/, docs/datasets.md; readers: rag/datasets/beir.py, rag/datasets/trec.py).
 
     ``beir``: ``path`` is a folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv and,
     optionally, negatives.jsonl; its corpus replaces ``corpus.path`` / ``corpus.sdist``.

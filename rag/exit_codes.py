@@ -1,5 +1,5 @@
 """The exit statuses of every ``rag`` command and ``python -m rag.*`` entry point — one table
-(README "Exit codes"), so a script can tell "it ran and found something" from "it could not
+(docs/cli.md "Exit codes"), so a script can tell "it ran and found something" from "it could not
 run" from "it had nothing to return".
 
 =====  ===============  ====================================================================
@@ -33,7 +33,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """See the module docstring (the table is also in the README)."""
+    """See the module docstring (the table is also in docs/cli.md)."""
 
     OK = 0
     FINDINGS = 1

@@ -140,7 +140,7 @@ def cli_error(exc: BaseException) -> None:
 #: the query encoder ``rag search`` and ``rag serve`` use unless told otherwise: the fp32 ONNX
 #: export of the torch model (the same top 8 on every Flask and zod golden query,
 #: experiments/query_encoder.md), which needs no torch and embeds a query in about a third of
-#: the CPU (rag serve at 8 concurrent clients: p50 41 vs 101 ms, README)
+#: the CPU (rag serve at 8 concurrent clients: p50 41 vs 101 ms, docs/performance.md)
 SERVING_QUERY_BACKEND = "onnx"
 
 

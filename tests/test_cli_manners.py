@@ -37,9 +37,9 @@ def test_exit_code_table_is_the_documented_one():
     assert [(c.name, int(c)) for c in ExitCode] == [
         ("OK", 0), ("FINDINGS", 1), ("ERROR", 2), ("NO_RESULT", 3), ("INTERRUPTED", 130),
         ("BROKEN_PIPE", 141)]
-    readme = (PROJECT / "README.md").read_text()
+    table = (PROJECT / "docs" / "cli.md").read_text()
     for c in ExitCode:
-        assert f"| {int(c)} | `{c.name}` |" in readme, c.name
+        assert f"| {int(c)} | `{c.name}` |" in table, c.name
 
 
 def test_version_and_completion_scripts(capsys):

@@ -68,7 +68,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
     # run file and qrels named .txt: the MLflow UI previews them
     assert names == ["calibration.json", "config.yaml", "figures", "per_query.csv",
-                     "qrels.txt", "run.trec.txt"]
+                     "qrels.txt", "run.chunks.jsonl", "run.chunks.trec.txt", "run.trec.txt"]
     figures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "figures"))
     assert figures == ["figures/risk_coverage.png", "figures/score_histograms.png"]
     for name in figures:

@@ -18,7 +18,7 @@ A chunk within both bounds is exactly what the chunker made before the bounds ex
 (``CHUNKER_VERSION`` 1): in Flask 3.1.3 and in this repository the largest chunk has 20,392
 characters and the longest line 3,629, so their chunks are unchanged. Without the bounds a
 1 MB one-line file was one 1 MB chunk, and the embedder's tokenizer encodes a whole text
-before truncating it (README, "Limits").
+before truncating it (docs/limits.md).
 
 Python, Markdown, reST and windows make exactly the chunks of ``CHUNKER_VERSION`` 2; version 3
 adds symbol chunks for the languages of :data:`rag.corpus.languages.LANGUAGES` (TypeScript,
