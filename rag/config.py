@@ -695,6 +695,9 @@ def semble_repos(path: Optional[str] = None) -> str:
         raise ValueError(str(exc)) from None
 
 
+from rag.core.paths import expand_path, project_root  # noqa: E402,F401 - re-exported
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore and the resolvers ``${rag_root:}`` (the
     project root, so Hydra's output folders land there whatever the cwd),
@@ -722,29 +725,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rag_dataset_name", default_dataset_name)
     if not OmegaConf.has_resolver("rag_semble_repos"):
         OmegaConf.register_new_resolver("rag_semble_repos", semble_repos)
-
-
-def project_root() -> Path:
-    """The directory that relative config paths are taken from.
-
-    ``$RAG_PROJECT_ROOT`` if set; else the checkout holding this package (it has a
-    pyproject.toml next to ``rag/``); else the current directory.
-    """
-    env = os.environ.get("RAG_PROJECT_ROOT")
-    if env:
-        return Path(env).expanduser().resolve()
-    here = Path(__file__).resolve().parents[1]
-    if (here / "pyproject.toml").is_file():
-        return here
-    return Path.cwd().resolve()
-
-
-def expand_path(value: str | Path, base: Path | None = None) -> Path:
-    """``~`` expanded; a relative path is taken from ``base`` (default: the project root)."""
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        p = (base or project_root()) / p
-    return p.resolve()
 
 
 def tracking_uri(uri: str, base: Path | None = None) -> str:

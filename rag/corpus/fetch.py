@@ -202,7 +202,7 @@ def _single_root(target: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Command line: fetch one sdist (or, with ``--npm``, one npm package) and print where it
     was unpacked."""
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
 
     parser = argparse.ArgumentParser(
         prog="python -m rag.corpus.fetch",
@@ -243,7 +243,7 @@ def corpus_root(cfg) -> Path:
     Raises:
         RunError: ``corpus.path`` is not a directory, or the fetch failed (one line).
     """
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
     from rag.errors import RunError
 
     if cfg.corpus.path:

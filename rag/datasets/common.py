@@ -391,7 +391,7 @@ def dataset_tags(prepared: Prepared, sources: dict[str, Path]) -> dict[str, str]
 
 
 def _beir(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
     from rag.datasets.beir import prepare_beir
 
     d = cfg.dataset
@@ -400,7 +400,7 @@ def _beir(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
 
 
 def _trec(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
     from rag.corpus.walk import walk_settings
     from rag.datasets.trec import corpus_checker, prepare_trec
 
@@ -416,7 +416,7 @@ def _trec(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
 
 
 def _semble(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
     from rag.datasets.semble import default_root, prepare_semble
 
     d = cfg.dataset
@@ -443,7 +443,7 @@ def prepare_dataset(cfg, corpus_root: Callable[[], Path]) -> Prepared | None:
             :func:`rag.datasets.trec.prepare_trec` and
             :func:`rag.datasets.semble.prepare_semble`.
     """
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
 
     fmt = str(getattr(cfg.dataset.format, "value", cfg.dataset.format))
     if fmt == "none":

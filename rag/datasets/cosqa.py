@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from rag.config import project_root
+from rag.core.paths import project_root
 
 CORPUS_NAME = "cosqa-dev-500"
 CODE_MAP = "code_idx_map.txt"

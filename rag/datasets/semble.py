@@ -374,7 +374,7 @@ def convert(spec: RepoSpec, tasks: list[dict[str, Any]], corpus: Path, *,
 
 def default_root() -> Path | None:
     """``../shared/data/semble`` beside the project root, when it is there."""
-    from rag.config import project_root
+    from rag.core.paths import project_root
 
     here = project_root().parent / "shared" / "data" / "semble"
     return here if (here / REPOS_FILE).is_file() else None

@@ -124,7 +124,7 @@ def corpus_view_from_config(cfg) -> CorpusView:
     """:func:`corpus_view` of the corpus a composed config names (``corpus.path``, or the
     sdist / npm package, fetched once into the cache), with its walk and chunk settings and
     its ``corpus.github_export`` documents."""
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
     from rag.corpus.walk import walk_settings
     from rag.corpus.fetch import corpus_root
 

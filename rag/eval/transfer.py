@@ -56,7 +56,7 @@ def load_calibration(ref: str, uri: str) -> Calibration:
     """
     path = Path(ref).expanduser()
     if not path.is_absolute() and not path.is_file():
-        from rag.config import project_root
+        from rag.core.paths import project_root
 
         if (project_root() / path).is_file():  # e.g. golden/flask/calibration.json
             path = project_root() / path

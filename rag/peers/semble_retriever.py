@@ -159,7 +159,7 @@ class SembleRetriever:
 def build(cfg: Any, **_: Any) -> SembleRetriever:
     """``retriever=semble``: ``retriever.python`` (default :data:`DEFAULT_PYTHON` under the
     project root), ``retriever.mode`` (default ``ranked``), ``search.top_k``."""
-    from rag.config import project_root
+    from rag.core.paths import project_root
 
     r = cfg.retriever
     # not resolved: a venv's bin/python is a symlink, and only through it is the venv used
