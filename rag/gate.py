@@ -45,16 +45,8 @@ EXIT_PASS = 0
 EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
 
-# the metrics whose lower values are better (every other gated metric: higher is better)
-LOWER_IS_BETTER = frozenset({"dropped_rate", "false_weak_rate", "missing_queries",
-                             "failed_queries", "filter_false_negative_rate",
-                             "context_chars_mean", "context_tokens_mean"})
-LOWER_IS_BETTER_PREFIXES = ("latency",)
-# row metric -> the per-query column it is the mean of, where the name differs
-PER_QUERY_COLUMN = {"answer_support_rate": "answer_support", "false_weak_rate": "false_weak",
-                    "candidate_pool_recall": "candidate_hit"}
-# per-query metric columns tested under their own name
-PER_QUERY_PREFIXES = ("mrr", "recall_at_", "ndcg_at_", "hit_at_", "judged_at_")
+# which direction is better and which per-query column a row metric is the mean of are
+# declared once, in rag/eval/measures.py
 # verdicts of one check
 REGRESSION, IMPROVEMENT = "regression", "improvement"
 DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"
@@ -112,8 +104,10 @@ def lower_is_better(metric: str) -> bool:
     """Whether smaller values of ``metric`` (or of its per-tag form) are better."""
     from rag.eval.metric_names import split_tag_metric
 
+    from rag.eval.measures import lower_is_better as declared_lower
+
     base = (split_tag_metric(metric) or (None, metric))[1]
-    return base in LOWER_IS_BETTER or base.startswith(LOWER_IS_BETTER_PREFIXES)
+    return declared_lower(base)
 
 
 def per_query_values(frame: Any, metric: str) -> Any:
@@ -129,7 +123,9 @@ def per_query_values(frame: Any, metric: str) -> Any:
         if "returned_as" not in frame.columns:
             return None
         return (frame["returned_as"].astype(str) == "dropped").astype(float)
-    col = PER_QUERY_COLUMN.get(metric, metric if metric.startswith(PER_QUERY_PREFIXES) else None)
+    from rag.eval.measures import per_query_column
+
+    col = per_query_column(metric)
     if col is None or col not in frame.columns:
         return None
     series = frame[col].map(lambda v: {"True": 1.0, "False": 0.0}.get(v, v) if isinstance(v, str)

@@ -35,12 +35,11 @@ from typing import Any, Mapping
 EXPECTED_FILE = "expected.yaml"
 # the pinned per-query table written beside it
 PER_QUERY_FILE = "expected_per_query.csv"
-# the per_query.csv columns pinned (besides the per-query metric columns: mrr, recall_at_<k>,
-# ndcg_at_<k>, hit_at_<k>, judged_at_<k>)
+# the per_query.csv columns pinned (besides the per-query metric columns declared pinned in
+# rag/eval/measures.py: mrr, recall_at_<k>, ndcg_at_<k>, hit_at_<k>, judged_at_<k>)
 PINNED_COLUMNS = ("query_id", "kind", "tags", "route", "returned_as", "lost_at", "found_by",
                   "first_relevant_rank", "supported", "answer_support", "false_weak",
                   "candidate_hit", "abstained")
-PINNED_METRIC_PREFIXES = ("mrr", "recall_at_", "ndcg_at_", "hit_at_", "judged_at_")
 # the metrics written by default: both halves (ranking, then returned)
 DEFAULT_METRICS = ("recall_at_8", "mrr", "ndcg_at_10", "hit_at_8", "recall_at_40",
                    "answer_support_rate", "dropped_rate", "false_weak_rate", "abstain_rate")
@@ -168,7 +167,7 @@ def render_expected(*, corpus: str, condition: str, overrides: list[str], golden
 
 def pin_per_query(csv_text: str) -> str:
     """A row's per_query.csv restricted to :data:`PINNED_COLUMNS` and the per-query metric
-    columns (:data:`PINNED_METRIC_PREFIXES`), rows and values unchanged — what an
+    columns (declared ``pinned`` in rag/eval/measures.py), rows and values unchanged — what an
     expectation pins for ``rag gate``'s paired test.
 
     Raises:
@@ -181,7 +180,9 @@ def pin_per_query(csv_text: str) -> str:
     cols = list(rows[0]) if rows else []
     if "query_id" not in cols or "kind" not in cols:
         raise ExpectedError("per_query.csv is not a per-query table (no query_id / kind column)")
-    keep = [c for c in cols if c in PINNED_COLUMNS or c.startswith(PINNED_METRIC_PREFIXES)]
+    from rag.eval.measures import pinned_column
+
+    keep = [c for c in cols if c in PINNED_COLUMNS or pinned_column(c)]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=keep, lineterminator="\n", extrasaction="ignore")
     w.writeheader()

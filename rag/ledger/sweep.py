@@ -37,10 +37,16 @@ SWEEP_FILE = "sweep.json"
 
 
 def significance_columns(df: pd.DataFrame) -> tuple[str, ...]:
-    """The per-query metric columns of a per_query table that are tested against a baseline."""
-    cols = [c for c in ("mrr", "answer_support") if c in df.columns]
-    cols += sorted((c for c in df.columns if c.startswith(("recall_at_", "ndcg_at_"))),
-                   key=lambda c: (c.split("_at_")[0], int(c.split("_at_")[1])))
+    """The per-query metric columns of a per_query table that are tested against a baseline
+    (declared ``significance`` in rag/eval/measures.py): ``mrr`` and ``answer_support`` first,
+    then the cut-off families by name and k (``ndcg_at_*``, ``recall_at_*``,
+    ``semble_ndcg_at_*``)."""
+    from rag.eval.measures import significance_metric
+
+    tested = [c for c in df.columns if significance_metric(c)]
+    cols = [c for c in ("mrr", "answer_support") if c in tested]
+    cols += sorted((c for c in tested if c not in cols),
+                   key=lambda c: (c.rsplit("_at_", 1)[0], int(c.rsplit("_at_", 1)[1])))
     return tuple(cols)
 
 

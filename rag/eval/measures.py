@@ -1,0 +1,112 @@
+"""One declaration per metric (DESIGN.md §8, "one measures registry"): which direction is
+better, which per-query column a row metric is the mean of, and whether sweeps test it
+against their baseline, ``rag golden expected`` pins its per-query column, and ``rag gate``
+may gate it. The sweep significance (rag/ledger/sweep.py), the gate (rag/gate.py) and the
+expected-score pinning (rag/eval/expected.py) read these flags instead of keeping lists of
+their own.
+
+A :class:`Measure` names one metric (``mrr``) or a family cut at k (``recall_at_``: every
+``recall_at_<k>``). Lookups go through :func:`measure_of`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One metric, or one family of metrics at a cut-off k.
+
+    Attributes:
+        name: the ledger name (``mrr``), or a family's prefix ending in ``_at_``.
+        lower_is_better: a smaller value is better (rates of failure, latencies, costs).
+        per_query: the per-query column (per_query.csv) the row metric is the mean of; ``""``
+            when it is the metric's own name; None when it has no per-query column.
+        significance: sweeps test it per query against their baseline.
+        pinned: ``rag golden expected`` pins its per-query column in expected_per_query.csv.
+        source: where the formula is defined (a paper or a module).
+    """
+
+    name: str
+    lower_is_better: bool = False
+    per_query: str | None = ""
+    significance: bool = False
+    pinned: bool = False
+    source: str = ""
+
+    @property
+    def family(self) -> bool:
+        """Whether this names every ``<name><k>`` (a prefix ending in ``_at_``)."""
+        return self.name.endswith("_at_")
+
+    def column(self, metric: str) -> str | None:
+        """The per-query column of ``metric`` (one of this measure's names)."""
+        return None if self.per_query is None else (self.per_query or metric)
+
+
+MEASURES: tuple[Measure, ...] = (
+    Measure("mrr", significance=True, pinned=True, source="rag/eval/metrics.py"),
+    Measure("recall_at_", significance=True, pinned=True,
+            source="trec_eval recall (rag/eval/metrics.py)"),
+    Measure("ndcg_at_", significance=True, pinned=True,
+            source="Järvelin & Kekäläinen 2002 (rag/eval/metrics.py)"),
+    Measure("hit_at_", pinned=True, source="rag/eval/metrics.py"),
+    Measure("judged_at_", pinned=True, source="ir_measures Judged@k (rag/eval/evaluate.py)"),
+    Measure("semble_ndcg_at_", significance=True,
+            source="MinishLab/semble benchmarks/metrics.py (rag/eval/chunk_metrics.py)"),
+    Measure("answer_support_rate", per_query="answer_support", significance=True),
+    Measure("false_weak_rate", lower_is_better=True, per_query="false_weak"),
+    Measure("candidate_pool_recall", per_query="candidate_hit"),
+    Measure("dropped_rate", lower_is_better=True, per_query=None),
+    Measure("missing_queries", lower_is_better=True, per_query=None),
+    Measure("failed_queries", lower_is_better=True, per_query=None),
+    Measure("filter_false_negative_rate", lower_is_better=True, per_query=None),
+    Measure("context_chars_mean", lower_is_better=True, per_query=None),
+    Measure("context_tokens_mean", lower_is_better=True, per_query=None),
+    Measure("latency", lower_is_better=True, per_query=None),  # latency_*: every latency
+    Measure("abstain_rate", per_query=None),
+)
+_EXACT = {m.name: m for m in MEASURES if not m.family and m.name != "latency"}
+_FAMILIES = sorted((m for m in MEASURES if m.family), key=lambda m: -len(m.name))
+
+
+def measure_of(metric: str) -> Measure | None:
+    """The :class:`Measure` declaring ``metric`` (an exact name, a ``<family><k>`` name or a
+    ``latency*`` name), or None for an undeclared metric."""
+    if metric in _EXACT:
+        return _EXACT[metric]
+    for m in _FAMILIES:  # longest prefix first: semble_ndcg_at_ before ndcg_at_
+        rest = metric[len(m.name):]
+        if metric.startswith(m.name) and rest.isdigit():
+            return m
+    if metric.startswith("latency"):
+        return next(m for m in MEASURES if m.name == "latency")
+    return None
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller ``metric`` is better (undeclared metrics: higher is better)."""
+    m = measure_of(metric)
+    return bool(m and m.lower_is_better)
+
+
+def per_query_column(metric: str) -> str | None:
+    """The per-query column ``metric`` is the mean of, or None."""
+    m = measure_of(metric)
+    return m.column(metric) if m else None
+
+
+def significance_metric(column: str) -> bool:
+    """Whether a per-query column is one sweeps test against their baseline: the column of a
+    measure declared with ``significance`` (its own name, or the column it names)."""
+    m = measure_of(column)
+    if m is not None and m.significance and m.per_query == "":
+        return True
+    return any(m.significance and m.per_query == column for m in MEASURES)
+
+
+def pinned_column(column: str) -> bool:
+    """Whether ``rag golden expected`` pins a per-query metric column."""
+    m = measure_of(column)
+    return bool(m and m.pinned and m.per_query == "")

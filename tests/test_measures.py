@@ -1,0 +1,44 @@
+"""The measures registry (rag/eval/measures.py): one declaration per metric, read by the gate,
+the sweep significance and the expected-score pinning."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from rag.eval.expected import pin_per_query
+from rag.eval.measures import (lower_is_better, measure_of, per_query_column, pinned_column,
+                               significance_metric)
+from rag.ledger.sweep import significance_columns
+
+
+def test_families_and_exact_names_are_found_longest_prefix_first():
+    assert measure_of("ndcg_at_10").name == "ndcg_at_"
+    assert measure_of("semble_ndcg_at_10").name == "semble_ndcg_at_"
+    assert measure_of("recall_at_x") is None and measure_of("tag.prose.mrr") is None
+    assert measure_of("latency_bm25_p50_ms").name == "latency"
+
+
+def test_directions_and_per_query_columns():
+    lower = {"dropped_rate", "false_weak_rate", "missing_queries", "failed_queries",
+             "filter_false_negative_rate", "context_chars_mean", "context_tokens_mean",
+             "latency_p50_ms"}
+    assert all(lower_is_better(m) for m in lower)
+    assert not any(lower_is_better(m) for m in ("mrr", "recall_at_8", "abstain_rate",
+                                                "answer_support_rate", "semble_ndcg_at_10"))
+    assert per_query_column("answer_support_rate") == "answer_support"
+    assert per_query_column("candidate_pool_recall") == "candidate_hit"
+    assert per_query_column("semble_ndcg_at_5") == "semble_ndcg_at_5"
+    assert per_query_column("abstain_rate") is None and per_query_column("dropped_rate") is None
+
+
+def test_sweep_tests_and_pinned_columns_are_the_declared_ones():
+    cols = ["query_id", "recall_at_8", "hit_at_8", "ndcg_at_10", "mrr", "semble_ndcg_at_10",
+            "semble_ndcg_at_5", "answer_support", "judged_at_8", "recall_at_40", "latency_ms"]
+    assert significance_columns(pd.DataFrame(columns=cols)) == (
+        "mrr", "answer_support", "ndcg_at_10", "recall_at_8", "recall_at_40",
+        "semble_ndcg_at_5", "semble_ndcg_at_10")
+    assert significance_metric("answer_support") and not significance_metric("hit_at_8")
+    assert [c for c in cols if pinned_column(c)] == [
+        "recall_at_8", "hit_at_8", "ndcg_at_10", "mrr", "judged_at_8", "recall_at_40"]
+    table = "query_id,kind,mrr,semble_ndcg_at_10,recall_at_8,latency_ms\nq1,positive,0.5,0.3,1.0,2.0\n"
+    assert pin_per_query(table).splitlines()[0] == "query_id,kind,mrr,recall_at_8"
