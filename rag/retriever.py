@@ -55,17 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from rag.eval.golden import unquote_docno
-from rag.search.pipeline import Hit, SearchPipeline, SearchResult
-
-
-@dataclass(frozen=True)
-class Query:
-    """One question put to a retriever: its golden id, its text and (``eval.filter=expected``)
-    the document categories to restrict it to (empty: all)."""
-
-    id: str
-    text: str
-    types: tuple[str, ...] = ()
+from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - re-exported
+from rag.search.pipeline import SearchPipeline
 
 
 @runtime_checkable

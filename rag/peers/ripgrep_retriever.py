@@ -95,7 +95,7 @@ class RipgrepRetriever:
 
     def retrieve(self, query: Any, *, depth: int) -> Any:
         """The files with the most matching lines, each as one whole-file chunk."""
-        from rag.search.pipeline import Hit, SearchResult
+        from rag.core.contract import Hit, SearchResult
 
         if self.root is None:
             raise RuntimeError("retriever=ripgrep: open(corpus_root) was not called")

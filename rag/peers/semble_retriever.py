@@ -114,7 +114,7 @@ class SembleRetriever:
 
     def retrieve(self, query: Any, *, depth: int) -> Any:
         """semble's answer to ``query`` (module docstring: its top 10, then deeper)."""
-        from rag.search.pipeline import Hit, SearchResult
+        from rag.core.contract import Hit, SearchResult
 
         if self.proc is None:
             raise RuntimeError("retriever=semble: open(corpus_root) was not called")
