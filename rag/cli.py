@@ -133,71 +133,102 @@ def build_parser() -> argparse.ArgumentParser:
     add_golden_parser(sub)
     add_gate_parser(sub)
     add_ledger_parser(sub)
+    for name, handler in HANDLERS.items():
+        sub.choices[name].set_defaults(func=handler)
     return parser
+
+
+def _no_rest(rest: list[str], parser: argparse.ArgumentParser) -> None:
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+
+
+def _completion(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    import shtab
+
+    print(shtab.complete(parser, shell=args.shell), end="")
+    return 0
+
+
+def _gate(args, rest, parser) -> int:
+    from rag.gate import run as gate_run
+
+    return gate_run(args, rest, parser)
+
+
+def _golden(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    from rag.golden_cli import run as golden_run
+
+    return golden_run(args)
+
+
+def _ledger(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    from rag.ledger_cli import run as ledger_run
+
+    return ledger_run(args)
+
+
+def _reranker(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    from rag.reranker_cli import run as reranker_run
+
+    return reranker_run(args)
+
+
+def _serve(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    from rag.serve.app import serve
+
+    return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
+                 batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
+                 log_key_file=args.log_key_file)
+
+
+def _search_or_index(args, rest, parser) -> int:
+    # KEY=VALUE overrides may come before or after the query and the options
+    # (`rag search Q -r DIR k=v`): argparse leaves those after an option in `rest`
+    unknown = [t for t in rest if t.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "search":
+        args.query, args.overrides = _query_and_overrides(
+            [args.query, *args.overrides, *rest], parser)
+    else:
+        args.overrides = [*args.overrides, *rest]
+    from rag.search_cli import index_command, search_command
+
+    return search_command(args) if args.command == "search" else index_command(args)
+
+
+def _diff_command(args, rest, parser) -> int:
+    _no_rest(rest, parser)
+    return _diff(args)
+
+
+def _run(args, rest, parser) -> int:
+    return subprocess.call([sys.executable, "-m", "rag.run", *rest])
+
+
+def _report(args, rest, parser) -> int:
+    from rag.report import main as report_main
+
+    return report_main(rest)
+
+
+#: subcommand -> handler(args, rest, parser) -> exit status (set on each subparser as its
+#: ``func`` default: no if/elif on names)
+HANDLERS = {"completion": _completion, "gate": _gate, "golden": _golden, "ledger": _ledger,
+            "reranker": _reranker, "serve": _serve, "search": _search_or_index,
+            "index": _search_or_index, "diff": _diff_command, "run": _run, "report": _report}
 
 
 def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command == "completion":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        import shtab
-
-        print(shtab.complete(parser, shell=args.shell), end="")
-        return 0
-    if args.command == "gate":
-        from rag.gate import run as gate_run
-
-        return gate_run(args, rest, parser)
-    if args.command == "golden":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rag.golden_cli import run as golden_run
-
-        return golden_run(args)
-    if args.command == "ledger":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rag.ledger_cli import run as ledger_run
-
-        return ledger_run(args)
-    if args.command == "reranker":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rag.reranker_cli import run as reranker_run
-
-        return reranker_run(args)
-    if args.command == "serve":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rag.serve.app import serve
-
-        return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
-                     batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
-                     log_key_file=args.log_key_file)
-    if args.command in ("search", "index"):
-        # KEY=VALUE overrides may come before or after the query and the options
-        # (`rag search Q -r DIR k=v`): argparse leaves those after an option in `rest`
-        unknown = [t for t in rest if t.startswith("-")]
-        if unknown:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        if args.command == "search":
-            args.query, args.overrides = _query_and_overrides(
-                [args.query, *args.overrides, *rest], parser)
-        else:
-            args.overrides = [*args.overrides, *rest]
-        from rag.search_cli import index_command, search_command
-
-        return search_command(args) if args.command == "search" else index_command(args)
-    if args.command == "diff":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        return _diff(args)
-    if args.command == "run":
-        return subprocess.call([sys.executable, "-m", "rag.run", *rest])
-    from rag.report import main as report_main
-    return report_main(rest)
+    return args.func(args, rest, parser)
 
 
 def _query_and_overrides(tokens: list[str],
