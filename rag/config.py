@@ -687,8 +687,9 @@ def semble_repos(path: Optional[str] = None) -> str:
 
     where = expand_path(path, base=Path.cwd()) if path else default_root()
     if where is None:
-        raise ValueError("+suite=semble needs dataset.path=DIR (a semble dataset folder); "
-                         "../shared/data/semble is not there")
+        from rag.datasets.semble import missing_default_message
+
+        raise ValueError("+suite=semble: " + missing_default_message())
     try:
         return ",".join(repo_names(where))
     except DatasetError as exc:
@@ -913,12 +914,10 @@ def validate_dataset(cfg: DictConfig) -> None:
     allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives"),
                "semble": ("path", "repo")}[fmt]
     if fmt == "semble" and d.path is None:
-        from rag.datasets.semble import default_root
+        from rag.datasets.semble import default_root, missing_default_message
 
         if default_root() is None:
-            raise ValueError("dataset=semble needs dataset.path=DIR (a semble dataset folder: "
-                             "repos.json, annotations/, snapshots/); ../shared/data/semble is "
-                             "not there")
+            raise ValueError(missing_default_message())
     for key in ("path", "topics", "qrels", "negatives", "repo"):
         if d[key] is None and key in needed:
             raise ValueError(f"dataset={fmt} needs dataset.{key}="

@@ -372,12 +372,62 @@ def convert(spec: RepoSpec, tasks: list[dict[str, Any]], corpus: Path, *,
     return positives, counts, notes
 
 
-def default_root() -> Path | None:
-    """``../shared/data/semble`` beside the project root, when it is there."""
+#: where the shared data live relative to a folder beside them (DEVELOPERS: ../shared/data/)
+SHARED_SUBDIR = Path("shared") / "data" / "semble"
+#: overrides every place searched (a semble dataset folder)
+ENV_VAR = "RAG_SEMBLE_DIR"
+
+
+def _origin_checkout(root: Path) -> Path | None:
+    """The local checkout a clone was made from (``remote.origin.url`` of ``root/.git/config``
+    when it is a local path), read as text: no git process."""
+    try:
+        text = (root / ".git" / "config").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    section = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == '[remote "origin"]' and line.replace(" ", "").startswith("url="):
+            url = line.split("=", 1)[1].strip()
+            url = url[len("file://"):] if url.startswith("file://") else url
+            if url.startswith("/"):
+                return Path(url)
+    return None
+
+
+def default_places() -> list[Path]:
+    """Where ``dataset.path``'s default is looked for, in order: ``$RAG_SEMBLE_DIR``; then
+    ``shared/data/semble`` beside the project root and beside each folder above it; beside
+    the checkout a clone was made from (its ``remote.origin.url``, a local path); beside the
+    current directory and each folder above it."""
+    import os
+
     from rag.core.paths import project_root
 
-    here = project_root().parent / "shared" / "data" / "semble"
-    return here if (here / REPOS_FILE).is_file() else None
+    out: list[Path] = []
+    if os.environ.get(ENV_VAR):
+        out.append(Path(os.environ[ENV_VAR]).expanduser())
+    root = project_root()
+    origin = _origin_checkout(root)
+    for base in (root, *([origin] if origin else []), Path.cwd().resolve()):
+        out += [p / SHARED_SUBDIR for p in base.parents]
+    return list(dict.fromkeys(out))
+
+
+def default_root() -> Path | None:
+    """The first of :func:`default_places` holding a ``repos.json`` (the shared copy of
+    semble's benchmark, ``../shared/data/semble`` in this project), or None."""
+    return next((p for p in default_places() if (p / REPOS_FILE).is_file()), None)
+
+
+def missing_default_message() -> str:
+    """What to say when no default folder is found: every place searched."""
+    places = ", ".join(str(p) for p in default_places()[:6])
+    return (f"dataset=semble needs dataset.path=DIR (a semble dataset folder: {REPOS_FILE}, "
+            f"{ANNOTATIONS_DIR}/, {SNAPSHOTS_DIR}/; or set {ENV_VAR}); none found at {places}")
 
 
 def prepare_semble(root: Path, *, repo: str, name: str, cache_root: Path) -> Prepared:

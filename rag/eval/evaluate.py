@@ -53,9 +53,10 @@ class EvalResult:
 def chunk_run_entry(hit: Any, rank_: int) -> dict[str, Any]:
     """One ranked chunk of a chunk-level run: ``rank`` (1-based, the order returned),
     ``path``, ``start_line``, ``end_line`` (1-based, inclusive; 0 when unknown), ``symbol``,
-    ``chunk_id``, ``score`` (what the ranking sorted on) and ``scores`` (per stage/channel)."""
+    ``category`` (the document's, ``""`` when the retriever does not say), ``chunk_id``, ``score`` (what the ranking sorted on) and ``scores`` (per stage/channel)."""
     return {"rank": rank_, "path": hit.path, "start_line": int(hit.start_line or 0),
             "end_line": int(hit.end_line or 0), "symbol": hit.symbol,
+            "category": getattr(hit, "category", "") or "",
             "chunk_id": hit.chunk_id, "score": float(hit.score),
             "scores": {k: (None if v is None else float(v))
                        for k, v in (getattr(hit, "scores", None) or {}).items()}}
