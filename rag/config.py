@@ -488,8 +488,12 @@ class RetrieverConfig:
     ``semble`` (PyPI semble 0.7.0, ``mode`` ranked | bm25) or ``ripgrep`` (``mode`` fixed |
     regex), rag/peers/."""
 
+    # what is evaluated: pipeline, run_file, python, http, semble, ripgrep (rag/retriever.py)
     kind: str = "pipeline"
+    # run_file: a TREC run file, or a directory of them
     path: Optional[str] = None
+    # python: "module:function", called with the config, returning an object with
+    # retrieve(query, *, depth)
     factory: Optional[str] = None
     # http: the endpoint (put no credentials in it: it is logged; use headers with $VARS)
     url: Optional[str] = None
@@ -528,7 +532,8 @@ class DatasetFormat(str, Enum):
 @dataclass
 class DatasetConfig:
     """An external dataset in a standard format, evaluated instead of ``eval.golden_dir``
-    (conf/dataset/, docs/datasets.md; readers: rag/datasets/beir.py, rag/datasets/trec.py).
+    (conf/dataset/, docs/datasets.md; readers: rag/datasets/beir.py, rag/datasets/trec.py,
+    rag/datasets/semble.py).
 
     ``beir``: ``path`` is a folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv and,
     optionally, negatives.jsonl; its corpus replaces ``corpus.path`` / ``corpus.sdist``.
@@ -543,14 +548,22 @@ class DatasetConfig:
     of its repositories; ``corpus.name`` defaults to ``<name>-<repo>`` (name: the folder's).
     """
 
+    # none (corpus + eval.golden_dir), beir, trec or semble (rag/datasets/common.py READERS)
     format: DatasetFormat = DatasetFormat.none
+    # beir: the BEIR folder; semble: the semble dataset folder (null: RAG_SEMBLE_DIR, else
+    # shared/data/semble beside the project or a folder above it)
     path: Optional[str] = None
+    # beir: the qrels file qrels/<split>.tsv
     split: str = "test"
+    # trec: the topics file (qid<TAB>text lines, or SGML topics)
     topics: Optional[str] = None
+    # trec: the qrels file (qid 0 docno rel)
     qrels: Optional[str] = None
+    # trec: unanswerable queries (topics format); null: negatives.tsv beside the topics
     negatives: Optional[str] = None
-    # dataset=semble: the repository of repos.json to evaluate (+suite=semble sweeps them all)
+    # semble: the repository of repos.json to evaluate (+suite=semble sweeps them all)
     repo: Optional[str] = None
+    # names the cache folder and, for beir and semble, corpus.name (default: the folder's name)
     name: Optional[str] = "${rag_dataset_name:${dataset.format},${dataset.path},${dataset.topics}}"
 
 

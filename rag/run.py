@@ -155,15 +155,22 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         return "n/a" if v is None else f"{v:.{digits}f}"
 
     print(f"\nledger row {run_id or '(tracking disabled: not logged)'}", file=out)
-    print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
-          f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
-          f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
-          f"abstain={abstention.get('abstain_signal', 'top_dense')} "
-          f"[{abstention.get('abstain_min', cfg.abstain.min_dense)}, "
-          f"{abstention.get('abstain_weak', cfg.abstain.weak_dense)}] "
-          f"({abstention.get('abstain_thresholds_source', 'config')}"
-          + (f" from {abstention['abstain_calibration_from']}"
-             if abstention.get("abstain_calibration_from") else "") + ")", file=out)
+    kind = str(cfg.retriever.kind)
+    if kind != "pipeline":  # another retriever: rag's own stage flags do not apply to it
+        print(f"  corpus {cfg.corpus.name}  retriever={kind}"
+              + (f" mode={cfg.retriever.mode}" if cfg.retriever.mode else "")
+              + f" top_k={cfg.search.top_k} (rag's pipeline flags are not used; its index "
+              "only checks the labels)", file=out)
+    else:
+        print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
+              f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
+              f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
+              f"abstain={abstention.get('abstain_signal', 'top_dense')} "
+              f"[{abstention.get('abstain_min', cfg.abstain.min_dense)}, "
+              f"{abstention.get('abstain_weak', cfg.abstain.weak_dense)}] "
+              f"({abstention.get('abstain_thresholds_source', 'config')}"
+              + (f" from {abstention['abstain_calibration_from']}"
+                 if abstention.get("abstain_calibration_from") else "") + ")", file=out)
     print(f"  positives {int(p('n_positives'))}  negatives {int(p('n_negatives'))}", file=out)
     if metrics.get("failed_queries") or metrics.get("missing_queries"):
         print(f"  UNANSWERED: {int(metrics.get('failed_queries', 0))} queries failed at the "

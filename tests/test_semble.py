@@ -348,3 +348,20 @@ def test_suite_tables_macro_micro_and_significance_by_hand():
     partial = suite_tables(rows[:5], baseline="system=a")
     assert partial["configs"][1]["macro"]["semble_ndcg_at_10"] is None
     assert partial["configs"][1]["repos_with_rows"] == "2/3"
+
+
+def test_a_suite_over_a_bad_folder_is_one_line_exit_2_and_no_parent(tmp_path):
+    import subprocess
+    import sys
+
+    src = make_dataset(tmp_path / "bad", repos=("chi", "mux"))
+    (src / "annotations" / "mux.json").write_text('[{"query": "x", "relevant": ["a"]},\n oops]')
+    out = subprocess.run(
+        [sys.executable, "-m", "rag.run", "+suite=semble", f"dataset.path={src}",
+         "search.mode=bm25", f"paths.output_dir={tmp_path / 'out'}",
+         f"paths.cache_dir={tmp_path / 'cache'}"],
+        capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=600)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {src}/annotations/mux.json:2: not JSON")
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "out" / "mlflow.db").exists()

@@ -234,8 +234,10 @@ def render_sweep(name: str, rows: list[LedgerRow],
         holm = holm_table([{"run_id": r.run_id, **baseline_values(r.metrics)} for r in srows
                            if r.tags.get("is_baseline") != "true"])
         out += [f"### {sid}", "",
-                f"Baseline: `{srows[0].tags.get('sweep_baseline', '?')}`"
-                + (f" (row `{base.run_id[:8]}`)" if base else " (no baseline row)")
+                (f"Baseline: `{srows[0].tags['sweep_baseline']}`"
+                 if srows[0].tags.get("sweep_baseline") else "No baseline (a suite alone)")
+                + (f" (row `{base.run_id[:8]}`)" if base else
+                   " (no baseline row)" if srows[0].tags.get("sweep_baseline") else "")
                 + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
                 "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
                 "across this sweep's jobs; * marks p < 0.05.", ""]
@@ -397,9 +399,10 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
     if not suites:
         return []
     out = ["# Suites", "",
-           "The same configuration on every corpus of a suite. MRR per corpus, with ΔMRR "
-           "against the corpus's own baseline row and its Holm-adjusted p (across that "
-           "corpus's jobs; * p < 0.05); macro = the unweighted mean over the corpora. An "
+           "The same configuration on every corpus of a suite. A corpus suite: MRR per "
+           "corpus, with ΔMRR against the corpus's own baseline row and its Holm-adjusted p "
+           "(across that corpus's jobs; * p < 0.05); macro = the unweighted mean over the "
+           "corpora. A repository suite (semble's benchmark): its own tables, below. An "
            "effect that holds on one corpus only is a hypothesis, not a decision.", ""]
     ids = sorted(dict.fromkeys(r.tags.get("sweep_id", "") for r in suites),
                  key=lambda sid: min(r.start_time_ms for r in suites if r.tags.get("sweep_id") == sid))

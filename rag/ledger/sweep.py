@@ -341,6 +341,36 @@ def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]
     return logged
 
 
+def check_repository_suite(config: Any) -> None:
+    """Before a semble suite opens its parent run: its folder lists repositories and every
+    repository of the sweep converts (rag/datasets/semble.py; conversions are cached, so the
+    jobs reuse them). The first problem is printed as one ``error:`` line and the multirun
+    exits 2, leaving no parent run and no row.
+
+    Raises:
+        SystemExit: with status 2, on the first bad repository or folder.
+    """
+    if str(getattr(config.dataset.format, "value", config.dataset.format)) != "semble":
+        return
+    from rag.config import semble_repos
+    from rag.core.paths import expand_path
+    from rag.datasets.common import DatasetError
+    from rag.datasets.semble import default_root, prepare_semble
+
+    try:
+        given = [o.split("=", 1)[1] for o in config.hydra.overrides.task
+                 if o.split("=", 1)[0].lstrip("+~") == "dataset.repo" and "=" in o]
+        repos = (given[-1] if given else semble_repos(config.dataset.path)).split(",")
+        root = (expand_path(config.dataset.path, base=Path.cwd()) if config.dataset.path
+                else default_root())
+        for repo in repos:
+            prepare_semble(root, repo=repo.strip(), name=str(config.dataset.name),
+                           cache_root=expand_path(config.paths.cache_dir) / "datasets")
+    except (ValueError, DatasetError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 class SweepCallback(Callback):  # type: ignore[misc]
     """Hydra callback: sweep id, experiment and parent run before the jobs; summary after."""
 
@@ -354,6 +384,8 @@ class SweepCallback(Callback):  # type: ignore[misc]
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from rag.config import sweep_name
+
+        check_repository_suite(config)  # a bad dataset: one line, exit 2, no parent run
 
         name = sweep_name(config)
         if name and config.tracking.enabled:
