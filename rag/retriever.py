@@ -56,7 +56,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from rag.eval.golden import unquote_docno
 from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - re-exported
-from rag.search.pipeline import SearchPipeline
+from rag.search.pipeline import PipelineRetriever, SearchPipeline  # noqa: F401 - re-exported
 
 
 @runtime_checkable
@@ -72,36 +72,6 @@ class Retriever(Protocol):
     top_k: int
 
     def retrieve(self, query: Query, *, depth: int) -> SearchResult: ...
-
-
-class PipelineRetriever:
-    """The built-in pipeline as a :class:`Retriever`.
-
-    Args:
-        pipeline: a :class:`rag.search.pipeline.SearchPipeline`.
-    """
-
-    kind = "pipeline"
-
-    def __init__(self, pipeline: SearchPipeline) -> None:
-        self.pipeline = pipeline
-        self.top_k = pipeline.options.top_k
-        self._text = {c.id: c.text for c in pipeline.index.chunks}
-        # categories of indexed paths: lets the evaluator tell when a type filter hid the answer
-        self.path_categories = {c.path: c.category for c in pipeline.index.chunks}
-        # the dense bands are the abstention (they never act on a BM25-only route)
-        self.bands_on_top_dense = pipeline.gate is None and not (
-            pipeline.options.rerank_gated and pipeline.reranker is not None)
-
-    def retrieve(self, query: Query, *, depth: int) -> SearchResult:
-        """Search ``query`` (with its type filter, if any), every abstention signal measured."""
-        p = self.pipeline
-        if query.types:
-            p = SearchPipeline(p.index, replace(p.options, types=tuple(query.types)),
-                               reranker=p.reranker, gate=p.gate)
-        res = p.search(query.text, depth=depth, with_signals=True)
-        res.hit_texts = [self._text[h.chunk_id] for h in res.hits]
-        return res
 
 
 def parse_run_file(path: Path) -> dict[str, list[tuple[str, float]]]:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rag.search.channels import CHANNEL_NAMES, GrepChannel, grep_terms
+from rag.search.channels import CHANNEL_NAMES, GrepChannel, channel_of, grep_terms, has_channel
 
 
 def test_grep_terms_and_scores_by_hand():
@@ -29,7 +29,7 @@ def test_pipeline_routes_to_and_fuses_any_channel(fixture_repo):
     idx = build_index(fixture_repo, embedder=None, cache_dir=None, progress=False)
     q = "handleAuthCallback refund"
     grep = SearchPipeline(idx, SearchOptions(mode="grep")).search(q, depth=5)
-    expected = idx.channel("grep").score(q)
+    expected = channel_of(idx, "grep").score(q)
     order = sorted(np.flatnonzero(expected > 0), key=lambda i: (-expected[i], i))
     assert [h.chunk_id for h in grep.ranked] == [idx.chunks[i].id for i in order][:len(grep.ranked)]
     assert all(h.scores["grep"] == pytest.approx(expected[idx.chunks.index(
@@ -41,7 +41,7 @@ def test_pipeline_routes_to_and_fuses_any_channel(fixture_repo):
     assert fused.ranked[0].scores["rrf"] == pytest.approx(want[0][1])
     assert "grep" in fused.timings_ms and "dense" not in fused.timings_ms
     with pytest.raises(ValueError, match="unknown channel 'nope'"):
-        idx.channel("nope")
+        channel_of(idx, "nope")
 
 
 def test_fuse_is_validated(compose):
@@ -132,5 +132,5 @@ def test_a_channel_the_index_was_built_without_is_named():
 
     idx = Index(chunks=[], bm25=None, dense=None, corpus_fingerprint="")
     with pytest.raises(ValueError, match="channel 'dense' is built with the index"):
-        idx.channel("dense")
-    assert not idx.has_channel("dense") and idx.has_channel("grep")
+        channel_of(idx, "dense")
+    assert not has_channel(idx, "dense") and has_channel(idx, "grep")

@@ -32,3 +32,5 @@ def test_the_bottom_layers_import_only_downward():
     assert g["core"] == set()
     assert g["corpus"] <= {"core", "names", "errors"}
     assert g["peers"] <= {"core"}
+    assert g["index"] <= {"core", "corpus", "names", "errors"}
+    assert g["search"] <= {"core", "corpus", "index", "names", "errors"}

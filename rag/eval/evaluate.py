@@ -232,7 +232,8 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     Returns:
         An :class:`EvalResult`.
     """
-    from rag.retriever import PipelineRetriever, Query
+    from rag.core.contract import Query
+    from rag.search.pipeline import PipelineRetriever
 
     if isinstance(retriever, SearchPipeline):
         if count_tokens is None and retriever.index.dense is not None:

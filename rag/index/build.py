@@ -56,40 +56,6 @@ class Index:
         return np.fromiter((c.category in wanted for c in self.chunks), dtype=bool,
                            count=len(self.chunks))
 
-    def channel(self, name: str):
-        """The channel ``name`` (rag/search/channels.py ``CHANNELS``) over these chunks: one
-        the index was built with (``bm25``, ``dense``), or one built on first use from the
-        texts the index holds (``from_texts``) and kept with the index.
-
-        Raises:
-            ValueError: no such channel, or one that is built with an index and this index
-                has none (``dense`` on a BM25-only index).
-        """
-        from rag.search.channels import CHANNELS
-
-        for own in (self.bm25, self.dense):
-            if own is not None and own.name == name:
-                return own
-        cache = self.__dict__.setdefault("_channels", {})
-        if name not in cache:
-            cls = CHANNELS.get(name)
-            if cls is None:
-                raise ValueError(f"unknown channel {name!r}; registered: {sorted(CHANNELS)}")
-            if not hasattr(cls, "from_texts"):
-                raise ValueError(f"channel {name!r} is built with the index and this index has "
-                                 "none (was it built without an embedder?)")
-            texts, _ = indexed_texts(self.chunks, str(self.stats.get("header", "path_symbol")))
-            cache[name] = cls.from_texts(texts)
-        return cache[name]
-
-    def has_channel(self, name: str) -> bool:
-        """Whether :meth:`channel` can give ``name`` (without building it)."""
-        from rag.search.channels import CHANNELS
-
-        if any(own is not None and own.name == name for own in (self.bm25, self.dense)):
-            return True
-        return hasattr(CHANNELS.get(name), "from_texts")
-
     @cached_property
     def chunk_paths(self) -> list[str]:
         """The path of each chunk, in index order (length n_chunks)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -157,3 +157,38 @@ class GrepChannel:
 CHANNELS: dict[str, type] = {"bm25": BM25Channel, "dense": DenseChannel, "grep": GrepChannel}
 # every channel a route or a fusion may name
 CHANNEL_NAMES: tuple[str, ...] = tuple(CHANNELS)
+
+
+def channel_of(index: Any, name: str) -> Any:
+    """The channel ``name`` (:data:`CHANNELS`) over ``index``'s chunks: one the index was built
+    with (``bm25``, ``dense``), or one built on first use from the texts the index holds
+    (``from_texts``) and kept with the index.
+
+    Raises:
+        ValueError: no such channel, or one that is built with an index and this index has
+            none (``dense`` on a BM25-only index).
+    """
+    from rag.index.build import indexed_texts
+
+    for own in (index.bm25, index.dense):
+        if own is not None and own.name == name:
+            return own
+    cache = index.__dict__.setdefault("_channels", {})
+    if name not in cache:
+        cls = CHANNELS.get(name)
+        if cls is None:
+            raise ValueError(f"unknown channel {name!r}; registered: {sorted(CHANNELS)}")
+        if not hasattr(cls, "from_texts"):
+            raise ValueError(f"channel {name!r} is built with the index and this index has "
+                             "none (was it built without an embedder?)")
+        texts, _ = indexed_texts(index.chunks, str(index.stats.get("header", "path_symbol")))
+        cache[name] = cls.from_texts(texts)
+    return cache[name]
+
+
+def has_channel(index: Any, name: str) -> bool:
+    """Whether :func:`channel_of` can give ``name`` over ``index`` (without building it)."""
+    if any(own is not None and own.name == name for own in (index.bm25, index.dense)):
+        return True
+    return hasattr(CHANNELS.get(name), "from_texts")
+

