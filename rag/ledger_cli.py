@@ -3,8 +3,8 @@ UI's view of one sweep as PNGs.
 
 ``rag ledger export --format csv|json|parquet [--out FILE] [--experiment NAME]`` writes every
 finished ledger row as one line (:mod:`rag.ledger.export` gives the columns); ``--out`` absent
-or ``-`` is standard output (csv and json only). ``rag ledger screenshots --out DIR`` (also
-``python -m rag.ledger.screenshots``) starts ``mlflow server`` on 127.0.0.1 over the ledger,
+or ``-`` is standard output (csv and json only). ``rag ledger screenshots --out DIR``
+starts ``mlflow server`` on 127.0.0.1 over the ledger,
 captures the runs table, the sweep baseline's run page and the compare view of one sweep with
 headless Chromium, checks that the sweep's rows line up there, and stops the server
 (:mod:`rag.ledger.screenshots`).
@@ -67,7 +67,7 @@ SCREENSHOTS_DESCRIPTION = (
 
 
 def add_screenshot_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``rag ledger screenshots`` (and ``python -m rag.ledger.screenshots``)."""
+    """The options of ``rag ledger screenshots``."""
     p.add_argument("--out", default="reports/screenshots", metavar="DIR",
                    help="folder for the PNGs; a relative path is taken from $RAG_OUTPUT_DIR or "
                         "the project root (default: reports/screenshots)")

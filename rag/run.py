@@ -289,7 +289,7 @@ def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, 
     of its baseline, and whether it is the baseline.
 
     The sweep id and parent run come from the sweep.json that
-    :class:`rag.ledger.sweep.SweepCallback` wrote into the multirun directory; a job run
+    :class:`rag.app.sweep_callback.SweepCallback` wrote into the multirun directory; a job run
     outside a multirun gets a fresh ``<name>-adhoc-...`` id of its own.
     """
     from rag.config import sweep_name

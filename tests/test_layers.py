@@ -34,3 +34,5 @@ def test_the_bottom_layers_import_only_downward():
     assert g["peers"] <= {"core"}
     assert g["index"] <= {"core", "corpus", "names", "errors"}
     assert g["search"] <= {"core", "corpus", "index", "names", "errors"}
+    # the sweep orchestration lives in rag/app/: the ledger reads no command or runner
+    assert not g["ledger"] & {"cli", "run", "stages", "report", "ledger_cli", "config", "app"}

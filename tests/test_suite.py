@@ -131,7 +131,7 @@ def test_suite_corpora_read_hydra_sweep_syntax(tmp_path):
     from omegaconf import OmegaConf
 
     from rag.config import PathsConfig
-    from rag.ledger.sweep import suite_corpora
+    from rag.app.sweep_callback import suite_corpora
 
     conf = tmp_path / "conf"
     for name in ("a", "b"):

@@ -1,6 +1,6 @@
-"""A sweep's indexes are built once, on the driver, before any job (rag/ledger/prebuild.py):
+"""A sweep's indexes are built once, on the driver, before any job (rag/app/prebuild.py):
 every job, in any worker process — joblib's, or a Ray instance's (hydra/launcher=ray,
-rag/ledger/ray_launcher.py) — embeds nothing, and a parallel sweep's rows equal the
+rag/app/ray_launcher.py) — embeds nothing, and a parallel sweep's rows equal the
 one-process sweep's. A local Ray instance listens on loopback only, keeps token
 authentication on, and leaves no process behind."""
 
@@ -25,7 +25,7 @@ from conftest import (FIXTURE_FILES, FIXTURE_NEGATIVES, FIXTURE_QUERIES, PROJECT
 
 
 def test_job_overrides_follow_the_basic_sweeper():
-    from rag.ledger.prebuild import BASIC_SWEEPER, sweep_job_overrides
+    from rag.app.prebuild import BASIC_SWEEPER, sweep_job_overrides
 
     def cfg(target, task=()):
         return OmegaConf.create({"hydra": {
@@ -43,7 +43,7 @@ def test_job_overrides_follow_the_basic_sweeper():
 
 def test_prebuild_builds_each_distinct_index_once(tmp_path, fixture_repo, fixture_golden,
                                                   compose, embedder):
-    from rag.ledger.prebuild import prebuild_indexes
+    from rag.app.prebuild import prebuild_indexes
     from rag.stages import StageCache
 
     base = run_overrides(tmp_path, fixture_repo, fixture_golden)
@@ -233,7 +233,7 @@ def _loopback(address: str) -> bool:
 
 
 def test_ray_init_kwargs_for_a_local_instance_and_for_a_cluster(monkeypatch):
-    from rag.ledger.ray_launcher import init_kwargs
+    from rag.app.ray_launcher import init_kwargs
 
     init = {"address": None, "num_cpus": None, "_node_ip_address": "127.0.0.1",
             "include_dashboard": False, "object_store_memory": 78643200, "namespace": "rag"}
@@ -254,7 +254,7 @@ def test_ray_init_kwargs_for_a_local_instance_and_for_a_cluster(monkeypatch):
 
 def test_job_paths_are_pinned_to_the_driver(compose, tmp_path, monkeypatch):
     from rag.config import project_root
-    from rag.ledger.ray_launcher import pin_job_paths
+    from rag.app.ray_launcher import pin_job_paths
 
     monkeypatch.delenv("RAG_CACHE_DIR", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -274,7 +274,7 @@ SESSION_SCRIPT = textwrap.dedent("""\
     import json, os, sys
     from omegaconf import OmegaConf
     from hydra_plugins.rag_launchers.ray_launcher import RayLauncherConf
-    from rag.ledger.ray_launcher import ray_session
+    from rag.app.ray_launcher import ray_session
 
     init = OmegaConf.to_container(OmegaConf.structured(RayLauncherConf).ray.init, resolve=True)
     with ray_session(init, sweep_dir=sys.argv[1]) as info:

@@ -1,6 +1,6 @@
 """``hydra/launcher=ray``: hydra-ray-launcher's launcher with a loopback-only local instance
 that is stopped after the launch, and job paths pinned to the driver's; the logic is
-:mod:`rag.ledger.ray_launcher`.
+:mod:`rag.app.ray_launcher`.
 
 Its config is :class:`RayLauncherConf`, stored in Hydra's ConfigStore as ``hydra/launcher/ray``
 in place of the plugin's own (``--cfg hydra -p hydra.launcher`` prints it). A YAML file of that
@@ -25,7 +25,7 @@ def _init_defaults() -> dict[str, Any]:
     return {
         # a running cluster (host:port, ray://host:10001, auto); empty: a local instance,
         # started for the launch and stopped after it, described by the keys below (dropped
-        # when connecting to a cluster: rag.ledger.ray_launcher.LOCAL_ONLY)
+        # when connecting to a cluster: rag.app.ray_launcher.LOCAL_ONLY)
         "address": "${oc.env:RAY_ADDRESS,null}",
         # CPUs Ray schedules on; null: every CPU of the machine
         "num_cpus": None,
@@ -57,17 +57,17 @@ ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayLaunche
 
 
 class RayLauncher(PluginRayLauncher):
-    """A sweep's jobs as Ray tasks (:func:`rag.ledger.ray_launcher.launch_on_ray`).
+    """A sweep's jobs as Ray tasks (:func:`rag.app.ray_launcher.launch_on_ray`).
 
     Args:
         ray: ``init`` (``ray.init`` keywords; ``address`` empty: a local instance, see
-            :func:`rag.ledger.ray_launcher.init_kwargs`) and ``remote`` (``ray.remote``
+            :func:`rag.app.ray_launcher.init_kwargs`) and ``remote`` (``ray.remote``
             options of every job), as in hydra-ray-launcher's ``RayConf``.
     """
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[Any]:
         """Run the batch's jobs and return their ``JobReturn`` in launch order."""
-        from rag.ledger.ray_launcher import launch_on_ray
+        from rag.app.ray_launcher import launch_on_ray
 
         return launch_on_ray(self, job_overrides, initial_job_idx)

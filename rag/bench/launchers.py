@@ -1,6 +1,6 @@
 """Benchmark section "Ray vs basic launcher wall time and chunks embedded": the routing sweep
 (``+sweep=routing``) under Hydra's basic launcher (every job in the driver process) and under
-``hydra/launcher=ray`` (every job a task of a local Ray instance, :mod:`rag.ledger.ray_launcher`),
+``hydra/launcher=ray`` (every job a task of a local Ray instance, :mod:`rag.app.ray_launcher`),
 side by side in one run, alternating which goes first in each repetition.
 
 Each sweep is a ``python -m rag.run`` child process (:func:`rag.bench.runs.rag_run`: a

@@ -400,9 +400,9 @@ def print_rich(summary: dict[str, Any], *, file: Any = None) -> None:
             console.print(block, markup=False)
 
 
-if __name__ == "__main__":  # python -m rag.ledger.diff RUN_A RUN_B [...] = rag diff
+if __name__ == "__main__":  # the command is `rag diff` (rag/cli.py); this module is its library
     import sys
 
-    from rag.cli import main
-
-    raise SystemExit(main(["diff", *sys.argv[1:]]))
+    print("error: run `rag diff RUN_A RUN_B` (python -m rag.ledger.diff is not a command)",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -1,7 +1,7 @@
 """Screenshots of the MLflow UI for one sweep, and a check that its rows line up there.
 
 ``rag ledger screenshots [--tracking-uri URI] [--out reports/screenshots] [--sweep ID]`` —
-the same as ``python -m rag.ledger.screenshots`` and used by tests/test_ledger_screenshots.py
+used by tests/test_ledger_screenshots.py
 (skipped without chromium) — starts ``mlflow server`` on 127.0.0.1 over a ledger store, opens
 three pages in headless Chromium (Debian's ``chromium`` package; ``make sysdeps`` installs it)
 and writes one PNG each:
@@ -331,23 +331,3 @@ def describe(pages: SweepPages) -> dict[str, Any]:
     return {"experiment_id": pages.experiment_id, "sweep_id": pages.sweep_id,
             "rows": pages.run_names, "files": {k: str(v) for k, v in pages.files.items()},
             "problems": pages.problems, "headline": list(HEADLINE)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rag.ledger.screenshots`` (= ``rag ledger screenshots``): exit 0 when every
-    row lines up, 1 when a page misses something, 2 when it could not run."""
-    import argparse
-
-    from rag.exit_codes import guarded
-    from rag.ledger_cli import (SCREENSHOTS_DESCRIPTION, add_screenshot_arguments,
-                                screenshots_command)
-
-    parser = argparse.ArgumentParser(prog="python -m rag.ledger.screenshots",
-                                     description=SCREENSHOTS_DESCRIPTION)
-    add_screenshot_arguments(parser)
-    args = parser.parse_args(argv)
-    return guarded(lambda: screenshots_command(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Build a sweep's indexes once, on the driver, before any job starts.
 
-:class:`rag.ledger.sweep.SweepCallback` calls :func:`prebuild_sweep` in
+:class:`rag.app.sweep_callback.SweepCallback` calls :func:`prebuild_sweep` in
 ``on_multirun_start``. It lists the jobs the sweeper will launch (Hydra's basic sweeper: the
 product of ``hydra.sweeper.params`` and the command line's ``k=a,b`` overrides), composes each
 job's config exactly as the launcher will (``load_sweep_config``), and builds every distinct
@@ -27,7 +27,7 @@ or whose build fails is skipped with a one-line note (the job itself then fails 
 error, as it would without a prebuild). A sweeper other than Hydra's basic one (whose job list
 is not known in advance) gets one prebuild from the multirun's base config.
 
-Under ``hydra/launcher=ray`` (:mod:`rag.ledger.ray_launcher`) the jobs are Ray tasks in
+Under ``hydra/launcher=ray`` (:mod:`rag.app.ray_launcher`) the jobs are Ray tasks in
 worker processes of a local Ray instance or of a cluster; the launcher pins each job's
 ``paths.cache_dir`` to the absolute path resolved here, so that every worker reads this
 prebuild whatever its working directory or environment. For a launcher whose workers run on
@@ -173,7 +173,7 @@ def prebuild_indexes(jobs: list[tuple[list[str], Any]], *, stages: Any = None,
 
 def prebuild_sweep(config: Any) -> Prebuild:
     """Prebuild the indexes of the multirun whose base config is ``config`` (called on the
-    driver by :meth:`rag.ledger.sweep.SweepCallback.on_multirun_start`)."""
+    driver by :meth:`rag.app.sweep_callback.SweepCallback.on_multirun_start`)."""
     from rag.stages import STAGES
 
     in_process = str(config.hydra.launcher.get("_target_")) == BASIC_LAUNCHER

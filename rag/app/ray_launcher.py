@@ -23,7 +23,7 @@ a sweep of this project needs:
   ``paths.output_dir`` and ``tracking.uri`` become the absolute paths the driver resolved,
   because a worker resolves ``${oc.env:...}``, ``~`` and relative paths in its own
   environment and working directory. Every job thus reads the indexes the driver prebuilt into
-  ``paths.cache_dir`` (:mod:`rag.ledger.prebuild`) and embeds nothing, and logs into the
+  ``paths.cache_dir`` (:mod:`rag.app.prebuild`) and embeds nothing, and logs into the
   driver's ledger, under the sweep id of ``sweep.json``.
 
 On a cluster of several machines ``paths.cache_dir``, ``paths.output_dir`` (the sweep dir,
