@@ -275,7 +275,7 @@ def _diff(args: argparse.Namespace) -> int:
     except (LookupError, LedgerError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from rag.review import use_color
+    from rag.golden.review import use_color
 
     # a closed stdout (`rag diff ... | head`) raises BrokenPipeError: guarded (main) makes it
     # exit 141 without a traceback

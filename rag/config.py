@@ -241,6 +241,8 @@ class RerankKind(str, Enum):
 
 
 from rag.search.rerank_settings import RerankTrainConfig  # noqa: E402 - the schema's group
+from rag.core.http_contract import (  # noqa: E402,F401 - the schema's group, re-exported
+    HTTP_REQUEST, HttpHitMapping, HttpResponseMapping)
 
 
 @dataclass
@@ -406,54 +408,6 @@ class LinkCheckConfig:
     concurrency: int = 8
     timeout_s: float = 5.0
     budget_s: float = 60.0
-
-
-@dataclass
-class HttpHitMapping:
-    """Where each field of one hit sits inside a hit object of an HTTP retriever's answer
-    (dotted paths; null or "": the answer has no such field)."""
-
-    path: str = "path"
-    symbol: Optional[str] = "symbol"
-    start_line: Optional[str] = "start_line"
-    end_line: Optional[str] = "end_line"
-    category: Optional[str] = "category"
-    # the value the ranking sorted on (absent: the rank order decides)
-    score: Optional[str] = "score"
-    scores: Optional[str] = "scores"
-    chunk_id: Optional[str] = "chunk_id"
-    text: Optional[str] = "text"
-
-
-@dataclass
-class HttpResponseMapping:
-    """Where things sit in an HTTP retriever's JSON answer: dotted paths (``data.results``;
-    a number indexes a list), null or "" for a field the answer does not have. Defaults:
-    ``rag serve``'s answer (the seed's hit shape plus ``dropped`` / ``weak_match``)."""
-
-    # the hits a caller receives (after abstention)
-    hits: str = "hits"
-    # the ranking before abstention; an answer without it is ranked by its hits
-    ranked: Optional[str] = "ranked"
-    dropped: Optional[str] = "dropped"
-    weak_match: Optional[str] = "weak_match"
-    reason: Optional[str] = "reason"
-    route: Optional[str] = "route"
-    # the server's own per-stage timings (logged as latency_server_<stage>_*)
-    timings: Optional[str] = "timings_ms"
-    signals: Optional[str] = "signals"
-    top_dense: Optional[str] = "top_dense"
-    top_rerank: Optional[str] = "top_rerank"
-    gate_score: Optional[str] = "gate_score"
-    # which signal the server's abstention read (top_dense, rerank, learned)
-    abstention: Optional[str] = "abstention"
-    hit: HttpHitMapping = field(default_factory=HttpHitMapping)
-
-
-# rag serve's request for an evaluation: the ranking to eval.depth before abstention, every
-# abstention signal and the returned chunks' text (placeholders: rag/retriever.py)
-HTTP_REQUEST = ('{"query": "{query}", "top_k": "{top_k}", "depth": "{depth}", '
-                '"types": "{types}", "signals": true, "with_text": true}')
 
 
 @dataclass
@@ -688,6 +642,9 @@ def semble_repos(path: Optional[str] = None) -> str:
 
 
 from rag.core.paths import expand_path, project_root  # noqa: E402,F401 - re-exported
+from rag.ledger.tracking_uri import (  # noqa: E402,F401 - re-exported for the commands
+    TRACKING_URI_HELP, add_tracking_uri_argument, default_output_dir, default_tracking_uri,
+    tracking_uri)
 
 
 def register_configs() -> None:
@@ -717,48 +674,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rag_dataset_name", default_dataset_name)
     if not OmegaConf.has_resolver("rag_semble_repos"):
         OmegaConf.register_new_resolver("rag_semble_repos", semble_repos)
-
-
-def tracking_uri(uri: str, base: Path | None = None) -> str:
-    """Make a relative ``sqlite:///file`` URI (or a bare path) absolute against ``base``
-    (default: the project root).
-
-    MLflow's own default is ``sqlite:///mlflow.db`` in the *current* directory, which Hydra
-    may change; the ledger must not move with it.
-    """
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        return prefix + str(expand_path(uri[len(prefix):], base=base))
-    if "://" not in uri:
-        return str(expand_path(uri, base=base))
-    return uri
-
-
-#: ``--tracking-uri``'s help, shared by every command that reads the ledger
-TRACKING_URI_HELP = ("MLflow tracking URI; a relative sqlite path is taken from $RAG_OUTPUT_DIR "
-                     "or the project root (default: $MLFLOW_TRACKING_URI, else "
-                     "sqlite:///mlflow.db)")
-
-
-def add_tracking_uri_argument(parser: Any) -> None:
-    """Add ``--tracking-uri`` (resolved later by :func:`default_tracking_uri`) to an argparse
-    parser."""
-    parser.add_argument("--tracking-uri", default=None, help=TRACKING_URI_HELP)
-
-
-def default_tracking_uri(flag: str | None = None) -> str:
-    """The ledger a command reads when ``--tracking-uri`` is not given: ``flag``, else
-    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` under ``$RAG_OUTPUT_DIR`` (or the
-    project root) — the same store ``python -m rag.run`` writes by default."""
-    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-    return tracking_uri(uri, base=default_output_dir())
-
-
-def default_output_dir() -> Path:
-    """Where commands outside a Hydra run (``rag report``, ``rag diff``, ``rag golden``) take
-    relative store and report paths from: ``$RAG_OUTPUT_DIR``, else the project root — the
-    same place ``paths.output_dir`` defaults to."""
-    return expand_path(os.environ.get("RAG_OUTPUT_DIR", "."))
 
 
 def output_dir(cfg: DictConfig) -> Path:

@@ -907,7 +907,22 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
     return result.exit_code
 
 
-if __name__ == "__main__":  # python -m rag.gate ... = rag gate ...
-    from rag.cli import main
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rag.gate ARGS`` = ``rag gate ARGS``, without the rest of the CLI: exit codes
+    as :func:`run`; a closed stdout exits 141 (:func:`rag.exit_codes.guarded`)."""
+    from rag.exit_codes import guarded
 
-    raise SystemExit(main(["gate", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="rag")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    gate_parser = sub.choices["gate"]
+
+    def go() -> int:
+        args, rest = parser.parse_known_args(["gate", *(sys.argv[1:] if argv is None else argv)])
+        return run(args, rest, gate_parser)
+
+    return guarded(go)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -317,9 +317,9 @@ STATS_CORRELATION = 0.5   # as `rag golden power`'s default
 def add_tool_parsers(acts) -> None:
     """Register ``init``, ``check``, ``stats``, ``mine``, ``pool`` and ``review`` on
     ``rag golden``'s subparsers."""
-    from rag.eval.mining import add_mine_parser
-    from rag.eval.pooling import add_pool_parser
-    from rag.review import add_review_parser
+    from rag.golden.mining import add_mine_parser
+    from rag.golden.pooling import add_pool_parser
+    from rag.golden.review import add_review_parser
 
     add_mine_parser(acts)
     add_pool_parser(acts)
@@ -448,7 +448,7 @@ def _yaml_str(s: str) -> str:
 
 def scaffold_texts(view, *, grep_hits: int | None = None) -> tuple[str, str]:
     """(queries.yaml, negatives.yaml) for the corpus ``view``
-    (:class:`rag.eval.label_check.CorpusView`)."""
+    (:class:`rag.golden.label_check.CorpusView`)."""
     name = view.name
     seed = _seed_file(view)
     is_readme = seed.lower().startswith("readme")
@@ -515,7 +515,7 @@ def init_command(args: argparse.Namespace) -> int:
     from rag.config import expand_path, project_root
     from rag.errors import RunError
     from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE, GoldenError, load_golden
-    from rag.eval.label_check import corpus_view_from_config
+    from rag.golden.label_check import corpus_view_from_config
 
     try:
         cfg = _config_for(args.corpus, args.path)
@@ -600,7 +600,7 @@ def check_command(args: argparse.Namespace) -> int:
 
     from rag.errors import RunError
     from rag.eval.golden import GoldenError, load_golden
-    from rag.eval.label_check import check_golden, corpus_view_from_config, render_problems
+    from rag.golden.label_check import check_golden, corpus_view_from_config, render_problems
     from rag.run import golden_dir_for
 
     t0 = time.perf_counter()
@@ -630,7 +630,7 @@ def check_command(args: argparse.Namespace) -> int:
     examples = [q.id for q in golden.positives if q.id.startswith("example-")]
     pinned = None
     if args.pin and not problems:
-        from rag.eval.label_check import pin_digests
+        from rag.golden.label_check import pin_digests
 
         try:
             pinned = pin_digests(golden_dir / "queries.yaml", view)
@@ -820,8 +820,17 @@ def _lazy(module: str, name: str):
     return command
 
 
+def review_command(args: argparse.Namespace) -> int:
+    """``rag golden review``: the editor (rag/golden/review.py), given the application's config
+    composition for a corpus named by overrides."""
+    from rag.golden.review import review_command as review
+    from rag.search_cli import compose_config
+
+    return review(args, compose_config=compose_config)
+
+
 # rag golden ACTION -> its command; mine, pool and review live in their own modules
 TOOL_COMMANDS = {"init": init_command, "check": check_command, "stats": stats_command,
-                 "mine": _lazy("rag.eval.mining", "mine_command"),
-                 "pool": _lazy("rag.eval.pooling", "pool_command"),
-                 "review": _lazy("rag.review", "review_command")}
+                 "mine": _lazy("rag.golden.mining", "mine_command"),
+                 "pool": _lazy("rag.golden.pooling", "pool_command"),
+                 "review": review_command}

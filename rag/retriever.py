@@ -301,7 +301,7 @@ class HttpRetriever:
                  probe: bool = True) -> None:
         from dataclasses import asdict
 
-        from rag.config import HTTP_REQUEST, HttpResponseMapping
+        from rag.core.http_contract import HTTP_REQUEST, HttpResponseMapping
 
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -560,7 +560,7 @@ def _pipeline(cfg: Any, *, pipeline: SearchPipeline | None = None, **_: Any) -> 
 
 
 def _run_file(cfg: Any, **_: Any) -> RunFileRetriever:
-    from rag.config import expand_path
+    from rag.core.paths import expand_path
 
     if not cfg.retriever.path:
         raise ValueError("retriever.kind=run_file needs retriever.path=<TREC run file or directory>")

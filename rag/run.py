@@ -371,7 +371,8 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     ledger = open_ledger(cfg) if cfg.tracking.enabled else None
     calibration = None
     if cfg.abstain.calibration:  # a bad reference fails before any indexing or training
-        from rag.eval.transfer import TransferError, load_calibration
+        from rag.eval.transfer import TransferError
+        from rag.ledger.calibration import load_calibration
 
         try:
             calibration = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))

@@ -260,7 +260,8 @@ def search_abstention(cfg, index):
     try:
         cal = None
         if cfg.abstain.calibration:
-            from rag.eval.transfer import TransferError, load_calibration
+            from rag.eval.transfer import TransferError
+            from rag.ledger.calibration import load_calibration
 
             try:
                 cal = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))

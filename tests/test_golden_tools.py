@@ -49,7 +49,7 @@ def test_init_writes_a_set_that_loads_and_a_bm25_run_accepts(tmp_path, fixture_r
                                                             capsys):
     import rag.run as run_mod
     from rag.eval.golden import load_golden
-    from rag.eval.label_check import corpus_view
+    from rag.golden.label_check import corpus_view
 
     out = tmp_path / "labels"
     assert main(["golden", "init", "--path", str(fixture_repo), "--out", str(out)]) == 0
@@ -241,7 +241,7 @@ def test_check_could_not_check_exits_2(tmp_path, fixture_repo, labels, capsys):
 
 
 def test_check_span_past_the_end_of_its_file():
-    from rag.eval.label_check import CorpusView, check_label
+    from rag.golden.label_check import CorpusView, check_label
 
     view = CorpusView(name="x", root=Path("."), lines={"a.py": 10}, symbols={"a.py": ["f"]})
     lab = types.SimpleNamespace(path="a.py", symbol=None, lines=(8, 12))

@@ -1,4 +1,4 @@
-"""rag golden mine (rag/eval/mining.py): git history, docstrings and gh exports as candidate
+"""rag golden mine (rag/golden/mining.py): git history, docstrings and gh exports as candidate
 queries; every expected value below is worked out by hand from the scripted inputs."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rag.corpus.chunk import split_lines
-from rag.eval.mining import (GIT_SKIPS, add_mine_parser, is_generic, leakage, map_line,
+from rag.golden.mining import (GIT_SKIPS, add_mine_parser, is_generic, leakage, map_line,
                              mask_docstrings, mine_command, mine_docstrings, mine_git,
                              mine_github)
 

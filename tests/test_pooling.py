@@ -13,9 +13,9 @@ import pytest
 
 from conftest import FIXTURE_FILES, FIXTURE_NEGATIVES, write_tree
 from rag.eval.golden import load_golden
-from rag.eval.pooling import (PoolError, PoolQuery, RunSource, add_pool_parser, judgement,
+from rag.golden.pooling import (PoolError, PoolQuery, RunSource, add_pool_parser, judgement,
                               load_pool_queries, parse_run_text, pool, pool_command, read_pool)
-from rag.review import (GoldenEditor, ScriptKeys, add_review_parser, hit_code, review,
+from rag.golden.review import (GoldenEditor, ScriptKeys, add_review_parser, hit_code, review,
                         review_command, use_color)
 
 QUERIES = textwrap.dedent("""\
@@ -415,7 +415,7 @@ def test_y_with_a_unit_narrows_a_whole_file_hit(setup, capsys):
     rc, out = _review(tmp_path, golden, pool_file, repo, "q\n")
     assert out.startswith("4 unjudged pair(s)")
     # a span past the end of the file is refused
-    from rag.review import narrowed_doc
+    from rag.golden.review import narrowed_doc
     assert narrowed_doc(repo, "tests/test_cart.py", "L1-3") == (
         None, "L1-3 is not a span of tests/test_cart.py (1 <= start <= end <= 2)")
     assert narrowed_doc(repo, "tests/test_cart.py", "test_add_item") == (

@@ -10,7 +10,8 @@ from rag.stages import StageCache
 
 from conftest import run_overrides
 from rag.eval.transfer import (Calibration, TransferError, check_model, dense_bands, gate_from,
-                               load_calibration, source_tag)
+                               source_tag)
+from rag.ledger.calibration import load_calibration
 
 GATE = {"features": ["top_dense", "top_rerank"], "mean": [0.5, 0.3], "scale": [0.1, 0.2],
         "coef": [2.0, 1.0], "intercept": 0.5, "min_score": 0.2, "weak_score": 0.6}

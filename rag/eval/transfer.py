@@ -15,11 +15,7 @@ embedder, route). Applying it elsewhere:
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from rag.search.signals import LearnedGate
@@ -41,57 +37,6 @@ class Calibration:
         """corpus, golden_fingerprint, model_id, ... of the row that fitted it ({} if older)."""
         p = self.data.get("provenance")
         return p if isinstance(p, dict) else {}
-
-
-def load_calibration(ref: str, uri: str) -> Calibration:
-    """The calibration.json that ``abstain.calibration`` names.
-
-    Args:
-        ref: a calibration.json path (relative: from the current directory, else the project
-            root), or a ledger run id (or unique prefix) in the store ``uri``.
-
-    Raises:
-        TransferError: no such file or row, the row has no calibration.json, it is not a JSON
-            object, or its thresholds are not numbers.
-    """
-    path = Path(ref).expanduser()
-    if not path.is_absolute() and not path.is_file():
-        from rag.core.paths import project_root
-
-        if (project_root() / path).is_file():  # e.g. golden/flask/calibration.json
-            path = project_root() / path
-    try:
-        if path.is_file():
-            data, source = json.loads(path.read_text(encoding="utf-8")), f"file:{path.resolve()}"
-        elif os.sep in ref or ref.endswith(".json"):
-            raise TransferError(f"abstain.calibration={ref!r}: no such file")
-        else:
-            from rag.ledger.mlflow_store import Ledger
-
-            ledger = Ledger(uri, create=False)
-            run_id = ledger.resolve_run_id(ref)
-            data, source = json.loads(ledger.download_text(run_id, "calibration.json")), f"run:{run_id}"
-    except TransferError:
-        raise
-    except LookupError as exc:
-        raise TransferError(f"abstain.calibration={ref!r}: {exc} (ledger {uri})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TransferError(f"abstain.calibration={ref!r}: not a calibration JSON ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - the ledger's and MLflow's errors vary
-        raise TransferError(f"abstain.calibration={ref!r}: cannot read its calibration.json "
-                            f"({type(exc).__name__}: {exc})") from None
-    if not isinstance(data, dict):
-        kind = {list: "a list", int: "a number", float: "a number", str: "a string",
-                type(None): "null", bool: "a boolean"}.get(type(data), type(data).__name__)
-        raise TransferError(f"abstain.calibration={ref!r}: not a calibration JSON ({kind}, "
-                            "not an object)")
-    for key in ("suggested_min_dense", "suggested_weak_dense"):
-        v = data.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not math.isfinite(v)):
-            raise TransferError(f"abstain.calibration={ref!r}: {key} must be a finite number or "
-                                f"null, got {v!r}")
-    return Calibration(data=data, source=source)
 
 
 def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool) -> LearnedGate:

@@ -344,7 +344,7 @@ def pin_digests(queries_file: Path, view: CorpusView) -> int:
     import io
 
     from rag.eval.golden import span_digest
-    from rag.review import _write, _yaml_for
+    from rag.golden.review import _write, _yaml_for
 
     text = Path(queries_file).read_text(encoding="utf-8")
     y = _yaml_for(text)

@@ -998,7 +998,7 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
             "gh JSON export (issue or PR title -> the files the PR changed), to a "
             "candidates file for review — never to queries.yaml. Skip counts by reason go "
             "to stderr and the file header. Format and rules: the docstring of "
-            "rag/eval/mining.py."),
+            "rag/golden/mining.py."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=("github export: gh pr list --state merged --limit 1000 --json "
                 "number,title,body,url,files,closingIssuesReferences,mergedAt > prs.json; "

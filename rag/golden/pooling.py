@@ -4,7 +4,7 @@
 and several ledger rows (``--runs`` or every row of a ``--sweep``), reads each row's
 ``run.trec`` artifact and collects, per query, the union of the rows' top ``depth`` hits. Each
 pooled hit says whether a label of that query already judges it; ``rag golden review``
-(:mod:`rag.review`) walks the unjudged ones and writes the judgements into the golden files.
+(:mod:`rag.golden.review`) walks the unjudged ones and writes the judgements into the golden files.
 The pool file is never the golden set.
 
 Candidates file (``--queries FILE``)::
@@ -430,7 +430,7 @@ def add_pool_parser(sub) -> argparse.ArgumentParser:
             "Read the run.trec of several ledger rows (--runs, or every row of --sweep) and "
             "collect, per query, the union of their top --depth hits, each with its best rank, "
             "the rows that found it and whether a relevant/not_relevant label of the query "
-            "already judges it. Writes a pool file (JSON Lines; format: rag/eval/pooling.py) "
+            "already judges it. Writes a pool file (JSON Lines; format: rag/golden/pooling.py) "
             "for rag golden review; the golden set is not changed."))
     p.add_argument("--golden", required=True, metavar="DIR",
                    help="the golden directory (queries.yaml, negatives.yaml)")
@@ -448,7 +448,7 @@ def add_pool_parser(sub) -> argparse.ArgumentParser:
                    help=f"hits taken from each row per query (default {DEFAULT_DEPTH})")
     p.add_argument("--out", default="pool.jsonl", metavar="FILE",
                    help="the pool file to write (default pool.jsonl)")
-    from rag.config import add_tracking_uri_argument
+    from rag.ledger.tracking_uri import add_tracking_uri_argument
 
     add_tracking_uri_argument(p)
     return p
@@ -471,7 +471,7 @@ def pool_command(args: argparse.Namespace) -> int:
         if getattr(args, "run_files", None):
             runs = run_file_sources(Path(f) for f in args.run_files)
         else:
-            from rag.config import default_tracking_uri
+            from rag.ledger.tracking_uri import default_tracking_uri
 
             runs = ledger_sources(default_tracking_uri(args.tracking_uri), runs=args.runs,
                                   sweep=args.sweep, corpus=corpus)

@@ -12,14 +12,14 @@ whenever stdin is not a terminal; blank lines and ``#`` lines of a script are ig
 ``y``  relevant: a label (``path``, or ``path`` + ``symbol``) is appended to the query's
        ``relevant:`` in queries.yaml; a candidate not yet there is first appended to
        queries.yaml (every key of its entry, ``source:`` included, except the miner's
-       per-source keys :data:`rag.eval.mining.PER_SOURCE_KEYS` — ``kind``, ``leakage``,
+       per-source keys :data:`rag.golden.mining.PER_SOURCE_KEYS` — ``kind``, ``leakage``,
        ``commit``, ... — which queries.yaml does not take).
        A run names every chunk that hits none of the query's labels by its path, so a pool's
        new hits are whole files and ``y`` labels the whole file; ``y UNIT`` (a script line,
        e.g. ``y Flask.url_for``, ``y Registering Blueprints`` or ``y L10-20``) labels only
        that symbol (as the chunker names it in that file) or that span of a whole-file hit
        instead, and the rest of the file then counts as judged not relevant (the narrowing
-       rule of :func:`rag.eval.pooling.judgement`). A unit that is not a symbol of the file
+       rule of :func:`rag.golden.pooling.judgement`). A unit that is not a symbol of the file
        (or a span past its end), or ``y UNIT`` on a hit that is not a whole file, is not
        written: the pair is skipped with one line saying why.
 ``n``  not relevant: the label is appended to the query's ``not_relevant:`` (for a candidate
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE
-from rag.eval.pooling import GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc
+from rag.golden.pooling import GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc
 
 KEYS = {"y": "relevant", "n": "not relevant", "s": "skip", "e": "edit the query text",
         "q": "quit"}
@@ -327,7 +327,7 @@ class GoldenEditor:
             if qid in self.negative_ids:
                 raise ReviewError(f"candidate {qid!r} has the id of a negative in "
                                   f"{self.dir / NEGATIVES_FILE}; rename it first")
-            from rag.eval.mining import PER_SOURCE_KEYS
+            from rag.golden.mining import PER_SOURCE_KEYS
 
             new = _fresh(item)
             for key in PER_SOURCE_KEYS:  # a mined candidate's keys that queries.yaml refuses
@@ -774,7 +774,8 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _corpus_root(args, header: dict[str, Any]) -> Path | None:
+def _corpus_root(args, header: dict[str, Any],
+                 compose_config: Callable[[list[str]], Any] | None) -> Path | None:
     if args.corpus_root:
         root = Path(args.corpus_root)
         if not root.is_dir():
@@ -783,7 +784,10 @@ def _corpus_root(args, header: dict[str, Any]) -> Path | None:
     if args.overrides:
         from rag.corpus.fetch import corpus_root
         from rag.errors import RunError
-        from rag.search_cli import compose_config
+
+        if compose_config is None:
+            raise ReviewError("config overrides name a corpus only through `rag golden review` "
+                              "(no config composition was given)")
 
         try:
             return corpus_root(compose_config(list(args.overrides)))
@@ -797,13 +801,17 @@ def _corpus_root(args, header: dict[str, Any]) -> Path | None:
 
 
 def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
-                   stdout: TextIO | None = None) -> int:
-    """``rag golden review``; exit 2 with one ``error:`` line on bad input."""
+                   stdout: TextIO | None = None,
+                   compose_config: Callable[[list[str]], Any] | None = None) -> int:
+    """``rag golden review``; exit 2 with one ``error:`` line on bad input. ``compose_config``
+    (overrides -> config; the application layer passes rag.search_cli's) resolves a corpus
+    named by ``KEY=VALUE`` overrides; without it only ``--corpus-root`` and the pool's header
+    name the corpus."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     try:
         header, _ = read_pool(Path(args.pool))
-        root = _corpus_root(args, header)
+        root = _corpus_root(args, header, compose_config)
         if args.script == "-":
             keys: Keys = ScriptKeys(iter(stdin), "<stdin>")
         elif args.script:
