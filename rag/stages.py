@@ -175,90 +175,18 @@ def category_lengths(cfg: DictConfig) -> dict[str, int]:
 
 
 def load_embedder(cfg: DictConfig):
-    """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`).
-
-    ``embedder.backend`` and ``embedder.dtype`` choose what embeds the chunks
-    (:func:`encoder`); ``embedder.query_backend`` (null: the same) may run the queries on the
-    other runtime in float32 — then a :class:`rag.index.onnx_embedder.SplitEmbedder` pairs
-    the two, keyed for builds by the document side's id.
+    """Load the embedder ``cfg.embedder`` names (no caching; see :meth:`StageCache.embedder`):
+    ``embedder.kind``'s module of rag/index/embedders/ loads it.
 
     Raises:
-        RunError: the model is not installed, model2vec lacks its ``distill`` extra, or
-            onnxruntime is missing.
+        RunError: the model is not installed, or a package its kind needs is missing.
     """
-    from rag.index.dense import ModelNotFoundError, _value
+    from rag.index.dense import ModelNotFoundError
+    from rag.index.embedders import load
 
-    e = cfg.embedder
-    kind = str(_value(e.kind))
-    cache_dir = expand_path(cfg.paths.cache_dir)
     try:
-        if kind == "model2vec":
-            if str(_value(e.query_backend) or "torch") != "torch":
-                raise RunError("embedder.query_backend=onnx needs embedder.kind="
-                               "sentence_transformers (the ONNX file is that model's export)")
-            from rag.index.dense import Model2VecEmbedder
-
-            try:
-                return Model2VecEmbedder(
-                    name=e.name, model_path=e.model_path, pca_dims=e.pca_dims,
-                    max_seq_length=e.max_seq_length, normalize=e.normalize,
-                    cache_dir=cache_dir)
-            except ImportError as exc:
-                raise RunError("embedder.kind=model2vec needs the model2vec package with its "
-                               f"distill extra ({exc})") from exc
-        backend = str(_value(e.backend))
-        query = str(_value(e.query_backend) or backend)
-        dtype = str(_value(e.dtype))
-        if query == backend:
-            return encoder(e, backend=backend, dtype=dtype, cache_dir=cache_dir, role="both")
-        from rag.index.onnx_embedder import SplitEmbedder, sentence_transformer_model_id
-
-        query_side = encoder(e, backend=query, dtype=dtype, cache_dir=cache_dir, role="query")
-        if backend == "torch":  # loaded only when a chunk must be embedded
-            doc_id = sentence_transformer_model_id(
-                name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-                normalize=e.normalize, dtype=dtype)
-            return SplitEmbedder(query_side, lambda: encoder(
-                e, backend="torch", dtype=dtype, cache_dir=cache_dir, role="documents"),
-                documents_model_id=doc_id)
-        documents = encoder(e, backend=backend, dtype=dtype, cache_dir=cache_dir,
-                            role="documents")
-        return SplitEmbedder(query_side, lambda: documents,
-                             documents_model_id=documents.model_id)
+        return load(cfg.embedder, cache_dir=expand_path(cfg.paths.cache_dir))
     except ModelNotFoundError as exc:
-        raise RunError(str(exc)) from exc
-
-
-def encoder(e, *, backend: str, dtype: str, cache_dir: Path, role: str):
-    """One encoder of ``embedder`` ``e`` on ``backend`` (``torch``: sentence-transformers;
-    ``onnx``: ONNX Runtime over ``embedder.onnx_path``, no torch import once the export exists)
-    in ``dtype``. ``role`` (``query``, ``documents`` or ``both``) sets ONNX Runtime's threads:
-    one for a query encoder (a query is ~10 word pieces; idle threads would compete for the
-    cores), every usable core otherwise.
-
-    Raises:
-        ModelNotFoundError: the model, its tokenizer or the ONNX file is missing.
-        RunError: onnxruntime (or, to export or quantize once, torch and onnx) is missing.
-    """
-    from rag.index.dense import SentenceTransformerEmbedder
-
-    if backend == "torch":
-        return SentenceTransformerEmbedder(
-            name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
-            batch_size=e.batch_size, normalize=e.normalize, dtype=dtype)
-    try:
-        from rag.index.cpu import usable_cores
-        from rag.index.onnx_embedder import OnnxEmbedder
-
-        return OnnxEmbedder(name=e.name, model_path=e.model_path, onnx_path=e.onnx_path,
-                            max_seq_length=e.max_seq_length, batch_size=e.batch_size,
-                            normalize=e.normalize, cache_dir=cache_dir, dtype=dtype,
-                            threads=1 if role == "query" else usable_cores())
-    except ImportError as exc:
-        raise RunError(f"embedder.{'query_' if role == 'query' else ''}backend=onnx needs "
-                       "onnxruntime and tokenizers (and, to export the model once, torch and "
-                       f"onnx): {exc}") from exc
-    except ValueError as exc:  # dtype int8 with an onnx_path other than export
         raise RunError(str(exc)) from exc
 
 

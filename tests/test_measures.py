@@ -1,4 +1,4 @@
-"""The measures registry (rag/eval/measures.py): one declaration per metric, read by the gate,
+"""The measures registry (rag/eval/measures/): one declaration per metric, read by the gate,
 the sweep significance and the expected-score pinning."""
 
 from __future__ import annotations
@@ -9,6 +9,40 @@ from rag.eval.expected import pin_per_query
 from rag.eval.measures import (lower_is_better, measure_of, per_query_column, pinned_column,
                                significance_metric)
 from rag.ledger.sweep import significance_columns
+from rag.eval.measures import BUILTIN, Measure, computed, registered
+from rag.eval.measures.average_precision import average_precision
+from rag.eval.metrics import query_metrics
+
+
+def test_average_precision_by_hand():
+    # relevant b (rank 2), d (rank 4), e (not retrieved): (1/2 + 2/4) / 3
+    rel = {"b": 1, "d": 2, "e": 1, "c": 0}
+    assert average_precision(["a", "b", "c", "d"], rel) == 1 / 3
+    assert average_precision(["b", "d", "e"], rel) == 1.0
+    assert average_precision(["a"], {"a": 0}) == 0.0
+
+
+def test_a_measure_file_is_found_and_computed_on_every_query():
+    names = [m.name for m in registered()]
+    assert names[:len(BUILTIN)] == [m.name for m in BUILTIN] and "map" in names
+    assert [m.name for m in computed()] == ["map"]
+    out = query_metrics({"a": 3.0, "b": 2.0, "d": 1.0}, {"b": 1, "d": 1}, recall_ks=(1,))
+    assert out["map"] == (1 / 2 + 2 / 3) / 2 and out["mrr"] == 0.5
+    assert measure_of("map").source.startswith("trec_eval map")
+
+
+def test_a_computed_family_is_cut_at_its_cutoffs():
+    def precision(ranking, rel, k):
+        return sum(1 for d in ranking[:k] if rel.get(d, 0) > 0) / k
+
+    p = Measure("precision_at_", compute=precision, cutoffs=(1, 2))
+    assert p.values(["a", "b"], {"b": 1}) == {"precision_at_1": 0.0, "precision_at_2": 0.5}
+    try:
+        Measure("x_at_", compute=precision).values(["a"], {})
+    except ValueError as exc:
+        assert "no cutoffs" in str(exc)
+    else:
+        raise AssertionError("a family without cutoffs must be refused")
 
 
 def test_families_and_exact_names_are_found_longest_prefix_first():

@@ -88,8 +88,9 @@ def test_binary_query_metrics():
     assert m["hit_at_3"] == 1.0
     assert m["mrr"] == 0.5
     assert m["ndcg_at_10"] == pytest.approx(NDCG_BIN, abs=1e-12)
+    assert m["map"] == pytest.approx((1 / 2 + 2 / 4 + 3 / 5) / 3)  # precision at 2, 4, 5
     assert set(m) == {f"recall_at_{k}" for k in KS} | {f"hit_at_{k}" for k in KS} | \
-        {"mrr", "ndcg_at_10"}
+        {"mrr", "ndcg_at_10", "map"}
 
 
 def test_graded_query_metrics():
@@ -153,7 +154,8 @@ def test_evaluate_run_and_means():
 
 def test_evaluate_run_query_missing_from_run_scores_zero_and_extra_run_queries_ignored():
     per_q = evaluate_run({"other": {"a": 1.0}}, {"q": {"a": 1}}, recall_ks=(2,), ndcg_k=5)
-    assert per_q == {"q": {"recall_at_2": 0.0, "hit_at_2": 0.0, "mrr": 0.0, "ndcg_at_5": 0.0}}
+    assert per_q == {"q": {"recall_at_2": 0.0, "hit_at_2": 0.0, "mrr": 0.0, "ndcg_at_5": 0.0,
+                           "map": 0.0}}
 
 
 def test_percentile_linear_interpolation():
@@ -195,7 +197,7 @@ def _trec_eval(run, qrels, strict_order: bool):
     import pytrec_eval
 
     ks = ",".join(str(k) for k in KS)
-    measures = {f"recall.{ks}", f"success.{ks}", "recip_rank", "ndcg_cut.10"}
+    measures = {f"recall.{ks}", f"success.{ks}", "recip_rank", "ndcg_cut.10", "map"}
     ev = pytrec_eval.RelevanceEvaluator(qrels, measures)
     if strict_order:
         # trec_eval breaks ties by docno descending; ours by doc id ascending. Feed it our
@@ -225,6 +227,7 @@ def test_parity_with_trec_eval_on_random_runs():
             assert o[f"hit_at_{k}"] == pytest.approx(t[f"success_{k}"], abs=1e-9), (q, k)
         assert o["mrr"] == pytest.approx(t["recip_rank"], abs=1e-9), q
         assert o["ndcg_at_10"] == pytest.approx(t["ndcg_cut_10"], abs=1e-9), q
+        assert o["map"] == pytest.approx(t["map"], abs=1e-9), q  # rag/eval/measures/
     for q in empty:
         assert all(v == 0.0 for v in ours[q].values()), q
 

@@ -15,9 +15,28 @@ import pytest
 import yaml
 
 from rag.corpus.chunk import split_lines
-from rag.golden.mining import (GIT_SKIPS, add_mine_parser, is_generic, leakage, map_line,
-                             mask_docstrings, mine_command, mine_docstrings, mine_git,
-                             mine_github)
+from rag.golden.miners import miners
+from rag.golden.miners.docstrings import mine_docstrings
+from rag.golden.miners.git import SKIPS as GIT_SKIPS
+from rag.golden.miners.git import map_line, mine_git
+from rag.golden.miners.github import mine_github
+from rag.golden.mining import (add_mine_parser, is_generic, leakage, mask_docstrings,
+                               mine_command)
+
+
+def test_every_module_of_the_miners_folder_is_a_source_of_rag_golden_mine():
+    from pathlib import Path
+
+    import rag.golden.miners as pkg
+
+    files = {p.stem for p in Path(pkg.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert set(miners()) == files == {"git", "docstrings", "github"}
+    assert {m.TAG for m in miners().values()} == {"mined_git", "mined_docstring", "mined_github"}
+    import argparse
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    choices = next(a.choices for a in add_mine_parser(sub)._actions if a.dest == "source")
+    assert choices == sorted(files)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -97,7 +97,9 @@ def configuration_page() -> str:
               "| registry | key | names |", "|---|---|---|"]
     from rag.corpus.chunk import CHUNKERS
     from rag.datasets.common import READERS
+    from rag.eval.measures import registered
     from rag.index.build import HEADERS
+    from rag.index.embedders import kinds
     from rag.index.tokenize import TOKENIZERS
     from rag.retriever import RETRIEVERS
     from rag.search.channels import CHANNELS
@@ -107,7 +109,12 @@ def configuration_page() -> str:
                            ("channels (`rag/search/channels.py`)", "search.fuse", CHANNELS),
                            ("BM25 tokenizers (`rag/index/tokenize.py`)", "bm25.tokenizer", TOKENIZERS),
                            ("chunk headers (`rag/index/build.py`)", "index.header", HEADERS),
-                           ("chunkers (`rag/corpus/chunk.py`)", "corpus.chunker", CHUNKERS)]:
+                           ("chunkers (`rag/corpus/chunk.py`)", "corpus.chunker", CHUNKERS),
+                           ("embedder kinds (`rag/index/embedders/`, one module each)",
+                            "embedder.kind", kinds()),
+                           ("measures (`rag/eval/measures/`; a name ending `_at_` is a family "
+                            "`<name><k>`)", "metrics on every row",
+                            [m.name for m in registered()])]:
         lines.append(f"| {name} | `{key}` | " + ", ".join(f"`{k}`" for k in reg) + " |")
     lines += ["", "## Config groups", "", "Options of each group under `conf/` "
               "(`python -m rag.run group=option`).", "", "| group | options |", "|---|---|"]

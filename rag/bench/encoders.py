@@ -58,7 +58,7 @@ def bench_encoders(cfg: Any, root: Any, *, sample: int, reps: int,
     from rag.config import expand_path
     from rag.index.cpu import EncoderShape, UnsupportedDtypeError, check_dtype, cpu_info
     from rag.index.dense import resolve_model_path
-    from rag.stages import encoder
+    from rag.index.embedders.sentence_transformers import encoder
 
     info = cpu_info()
     e = cfg.embedder

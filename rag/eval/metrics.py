@@ -99,7 +99,10 @@ def query_metrics(scores: Mapping[str, float], rel: Mapping[str, int], *,
                   recall_ks: Iterable[int] = (1, 3, 5, 8, 10, 20, 40),
                   ndcg_k: int = 10, ties: str = "doc_id") -> dict[str, float]:
     """Every ranking metric of one query, keyed ``recall_at_k``, ``hit_at_k``, ``mrr``,
-    ``ndcg_at_k``, on the ranking :func:`rank` gives with ``ties``."""
+    ``ndcg_at_k``, then every computed measure of the registry (rag/eval/measures/: ``map``),
+    on the ranking :func:`rank` gives with ``ties``."""
+    from rag.eval.measures import computed
+
     ranking = rank(scores, rel, ties=ties)
     out: dict[str, float] = {}
     for k in recall_ks:
@@ -107,6 +110,8 @@ def query_metrics(scores: Mapping[str, float], rel: Mapping[str, int], *,
         out[f"hit_at_{k}"] = hit_at(ranking, rel, k)
     out["mrr"] = reciprocal_rank(ranking, rel)
     out[f"ndcg_at_{ndcg_k}"] = ndcg_at(ranking, rel, ndcg_k)
+    for measure in computed():
+        out.update(measure.values(ranking, rel))
     return out
 
 

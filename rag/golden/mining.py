@@ -44,7 +44,7 @@ docstring candidate's ``types`` name the walker's category of its file (``source
 ``test``, ``example``, ...), as ``types:`` does in queries.yaml — never a tag, which would
 mix it into per-tag metrics of another meaning (golden/flask's ``example`` and ``config``).
 
-**git** (:func:`mine_git`). Each commit reachable from ``--at`` (default ``HEAD``), newest
+**git** (:func:`rag.golden.miners.git.mine_git`). Each commit reachable from ``--at`` (default ``HEAD``), newest
 first, until ``--max`` candidates: the subject (plus the body, without trailers, with
 ``--with-body``; a Conventional-Commits prefix ``fix(x):`` is dropped) is the query, and what
 the commit changed, *as it is in the file at --at*, is the label. A commit counts under the
@@ -79,7 +79,7 @@ lists in the *work tree* of ``--path`` (its rules: ``--exclude``, ``--include``,
 tree): the header counts ``files_differ_from_worktree`` when a labelled file's text there is
 not its text at ``--at``.
 
-**docstrings** (:func:`mine_docstrings`, Python only). Each function, class and method that
+**docstrings** (:func:`rag.golden.miners.docstrings.mine_docstrings`, Python only). Each function, class and method that
 rag chunks as a symbol (top-level functions, classes, methods, nested classes' methods; not
 functions nested in functions) and has a docstring: its summary (the first sentence of the
 docstring's first paragraph, lines joined) is the query and its definition the label (path +
@@ -103,7 +103,7 @@ text by ``mask_docstrings(doc.text, language_name(doc.path))`` before
 must also enter that function's chunk-store ``settings`` (a masked and an unmasked chunk set
 of one corpus must not share a store entry). The index stage key already hashes ``cfg.index``.
 
-**github** (:func:`mine_github`). One or more gh JSON exports (``--export``, repeatable),
+**github** (:func:`rag.golden.miners.github.mine_github`). One or more gh JSON exports (``--export``, repeatable),
 made with::
 
     gh pr list --state merged --limit 1000 \\
@@ -129,32 +129,18 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import os
 import re
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
-SOURCES = ("git", "docstrings", "github")
-TAGS = {"git": "mined_git", "docstrings": "mined_docstring", "github": "mined_github"}
-GIT_SKIPS = ("merge", "revert", "generic_subject", "no_indexable_file", "too_large",
-             "no_line_change", "whitespace_only", "changed_since", "no_label")
-DOC_SKIPS = ("short_summary", "duplicate_summary", "over_max")
-GITHUB_SKIPS = ("not_merged", "issue_without_pr", "generic_title", "no_indexable_file",
-                "too_large", "over_max")
 #: keys of a candidate that queries.yaml does not take (dropped when a candidate moves there)
 PER_SOURCE_KEYS = ("commit", "subject", "date", "kind", "leakage", "leakage_masked", "url",
                    "prs")
-SYMBOL_LABEL_KINDS = frozenset({"function", "class", "method", "section"})
-GIT_TIMEOUT_S = 300
-
-
 class MiningError(ValueError):
     """Bad input for ``rag golden mine``: printed as one ``error:`` line, exit 2."""
 
@@ -172,7 +158,7 @@ class MineResult:
 
 # --------------------------------------------------------------------------- shared helpers
 
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'.\-]*")
+WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'.\-]*")
 _GENERIC_WORDS = frozenset("""
     wip fix fixes fixed fixing typo typos update updates updated cleanup clean up minor misc
     tweak tweaks lint linting format formatting formatted refactor refactoring style docs doc
@@ -183,7 +169,7 @@ _GENERIC_WORDS = frozenset("""
 _VERSION_BUMP = re.compile(
     r"^\s*(v?\d+(\.\d+)+\S*\s*$|(bump|release|prepare|preparing|releasing)\b.*\d|"
     r"(version|release)\s+v?\d+(\.\d+)+)", re.I)
-_CONVENTIONAL = re.compile(r"^(feat|fix|chore|docs|refactor|perf|test|tests|build|ci|style|"
+CONVENTIONAL_PREFIX = re.compile(r"^(feat|fix|chore|docs|refactor|perf|test|tests|build|ci|style|"
                            r"revert)(\([^)]*\))?!?:\s*", re.I)
 
 
@@ -191,7 +177,7 @@ def is_generic(text: str, min_words: int = 3) -> bool:
     """True for a subject or title too short or too generic to be a query: fewer than
     ``min_words`` words, every word a generic one (``fix typo in readme``, ``wip``), or a
     version bump / release (``Bump version to 1.2.0``, ``v2.0.1``, ``Release 3.1``)."""
-    words = [w.lower().rstrip(".") for w in _WORD.findall(text)]
+    words = [w.lower().rstrip(".") for w in WORD.findall(text)]
     if len(words) < min_words:
         return True
     if all(w in _GENERIC_WORDS for w in words):
@@ -199,7 +185,7 @@ def is_generic(text: str, min_words: int = 3) -> bool:
     return bool(_VERSION_BUMP.match(text))
 
 
-def _safe_id(prefix: str, text: str, seen: set[str]) -> str:
+def safe_id(prefix: str, text: str, seen: set[str]) -> str:
     """An id matching golden.py's ``^[A-Za-z0-9][A-Za-z0-9_.\\-]*$``, unique in ``seen``."""
     base = re.sub(r"[^A-Za-z0-9_.\-]+", "-", f"{prefix}-{text}").strip("-.") or prefix
     out, n = base, 2
@@ -209,7 +195,7 @@ def _safe_id(prefix: str, text: str, seen: set[str]) -> str:
     return out
 
 
-def _walk(root: Path, *, max_file_bytes: int, exclude: list[str] | None,
+def walk_documents(root: Path, *, max_file_bytes: int, exclude: list[str] | None,
           include: list[str] | None):
     """The corpus's documents as ``rag index`` walks them (default excludes plus ``exclude``)."""
     from rag.corpus.walk import DEFAULT_EXCLUDES, walk_corpus
@@ -219,7 +205,7 @@ def _walk(root: Path, *, max_file_bytes: int, exclude: list[str] | None,
         include=list(include or []))}
 
 
-def _chunks(path: str, text: str):
+def chunks_of(path: str, text: str):
     from rag.corpus.chunk import chunk_document
     from rag.corpus.walk import Document, categorize
 
@@ -317,616 +303,6 @@ def mask_docstrings(text: str, language: str | None) -> str:
     return masked
 
 
-# --------------------------------------------------------------------------- git
-
-
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-                 "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
-                 "GIT_PREFIX")
-_DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-              "--dst-prefix=b/", "-M")
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def _git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    try:
-        p = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=cwd, env=env,
-                           capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise MiningError(f"git {args[0]}: {exc}") from None
-    if p.returncode != 0:
-        msg = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise MiningError(f"git {' '.join(args[:2])} failed in {cwd}: "
-                          f"{msg[-1] if msg else 'exit ' + str(p.returncode)}")
-    return p.stdout.decode("utf-8", "replace")
-
-
-def _unquote(name: str) -> str:
-    """A path as git prints it in diff headers (C-quoted when it holds odd characters)."""
-    name = name.rstrip("\t")
-    if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
-        import codecs
-
-        raw = codecs.escape_decode(name[1:-1].encode("latin-1", "backslashreplace"))[0]
-        return raw.decode("utf-8", "replace")
-    return name
-
-
-@dataclass
-class _FileDiff:
-    old: str | None  # path before (None: added)
-    new: str | None  # path after (None: deleted)
-    hunks: list[tuple[int, int, int, int]] = field(default_factory=list)
-
-
-def parse_unified(text: str) -> list[_FileDiff]:
-    """Files and ``(old_start, old_count, new_start, new_count)`` hunks of a git diff printed
-    with ``--src-prefix=a/ --dst-prefix=b/`` (content lines are skipped by count, so a
-    removed line that reads ``-- x`` is never taken for a header)."""
-    files: list[_FileDiff] = []
-    cur: _FileDiff | None = None
-    left_old = left_new = 0
-    for line in text.split("\n"):
-        if left_old or left_new:
-            if line.startswith("-"):
-                left_old -= 1
-            elif line.startswith("+"):
-                left_new -= 1
-            elif line.startswith("\\"):
-                pass
-            else:  # a context line (never with --unified=0)
-                left_old, left_new = left_old - 1, left_new - 1
-            continue
-        if line.startswith("diff --git "):
-            cur = _FileDiff(old=None, new=None)
-            files.append(cur)
-            cur.old = cur.new = ""  # unknown until the headers
-        elif cur is None:
-            continue
-        elif line.startswith("rename from "):
-            cur.old = _unquote(line[len("rename from "):])
-        elif line.startswith("rename to "):
-            cur.new = _unquote(line[len("rename to "):])
-        elif line.startswith("--- "):
-            p = _unquote(line[4:])
-            cur.old = None if p == "/dev/null" else p[2:] if p.startswith("a/") else p
-        elif line.startswith("+++ "):
-            p = _unquote(line[4:])
-            cur.new = None if p == "/dev/null" else p[2:] if p.startswith("b/") else p
-        elif line.startswith("@@"):
-            m = _HUNK.match(line)
-            if m:
-                a, b, c, d = (int(m.group(1)), int(m.group(2) or 1), int(m.group(3)),
-                              int(m.group(4) or 1))
-                cur.hunks.append((a, b, c, d))
-                left_old, left_new = b, d
-    return [f for f in files if f.old != "" or f.new != ""]
-
-
-def map_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int | None:
-    """``line`` of a diff's old side at its place on the new side, or None when a hunk
-    rewrote or removed it. Hunks as :func:`parse_unified` gives them (``--unified=0``)."""
-    shift_from = None
-    for a, b, c, d in hunks:
-        if b and a <= line <= a + b - 1:
-            return None
-        old_end = a + b - 1 if b else a
-        if line > old_end:
-            shift_from = (old_end, c + d - 1 if d else c)
-    if shift_from is None:
-        return line
-    return line - shift_from[0] + shift_from[1]
-
-
-def _commits(top: Path, at: str, pathspec: list[str]) -> Iterable[dict[str, Any]]:
-    fmt = "%H%x1f%P%x1f%aI%x1f%s%x1f%b%x1e"
-    out = _git(top, "log", f"--format={fmt}", at, "--", *pathspec)
-    for rec in out.split("\x1e"):
-        rec = rec.lstrip("\n")
-        if not rec:
-            continue
-        sha, parents, date, subject, body = (rec.split("\x1f") + [""] * 5)[:5]
-        yield {"sha": sha, "parents": parents.split(), "date": date, "subject": subject.strip(),
-               "body": body.strip()}
-
-
-_TRAILER = re.compile(r"^(Signed-off-by|Co-authored-by|Reviewed-by|Acked-by|Change-Id|"
-                      r"Cherry-picked-from|Tested-by|Reported-by):", re.I)
-
-
-def _git_query(subject: str, body: str, with_body: bool) -> str:
-    q = _CONVENTIONAL.sub("", subject).strip() or subject
-    if with_body and body:
-        kept = "\n".join(ln for ln in body.splitlines() if not _TRAILER.match(ln)).strip()
-        if kept:
-            q = f"{q}\n\n{kept}"
-    return q
-
-
-def _rename_log(top: Path, at: str) -> dict[str, list[tuple[str, str]]]:
-    """commit -> the (old, new) renames it made, for every commit reachable from ``at``, each
-    detected against its own first parent (``git log -M``; merges show none)."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    text = _git(top, "log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=%x1e%H",
-                at)
-    for block in text.split("\x1e"):
-        fields = [f.strip("\n") for f in block.split("\0")]
-        if not fields or not fields[0]:
-            continue
-        sha, rest = fields[0], [f for f in fields[1:] if f]
-        for i in range(0, len(rest) - 2, 3):
-            if rest[i].startswith("R"):
-                out.setdefault(sha, []).append((rest[i + 1], rest[i + 2]))
-    return out
-
-
-def _renames_since(top: Path, sha: str, at: str, renames_of: dict, paths: list[str]
-                   ) -> dict[str, str]:
-    """Each of ``paths`` (as in commit ``sha``) under the name it has at ``at``: the renames
-    of the commits between them applied oldest first."""
-    now = {p: p for p in paths}
-    if not renames_of or sha == at:
-        return now
-    between = _git(top, "rev-list", "--topo-order", f"{sha}..{at}").split()
-    for c in reversed(between):
-        for old, new in renames_of.get(c, ()):
-            for p, cur in now.items():
-                if cur == old:
-                    now[p] = new
-    return now
-
-
-def _smallest_chunk(chunks, line: int):
-    best = None
-    for c in chunks:
-        if c.start_line <= line <= c.end_line and (
-                best is None or c.end_line - c.start_line < best.end_line - best.start_line):
-            best = c
-    return best
-
-
-def _is_symbol_chunk(c) -> bool:
-    return c is not None and c.kind in SYMBOL_LABEL_KINDS and bool(c.symbol)
-
-
-def _line_runs(lines: Iterable[int], text_lines: list[str]) -> list[tuple[int, int]]:
-    """Sorted line numbers as ``(start, end)`` runs; a gap of blank lines does not split."""
-    runs: list[list[int]] = []
-    for n in sorted(set(lines)):
-        if runs and all(not text_lines[k - 1].strip() for k in range(runs[-1][1] + 1, n)):
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return [(s, e) for s, e in runs]
-
-
-def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
-             with_body: bool = False, max_files: int = 20, max_lines: int = 500,
-             min_words: int = 3, max_file_bytes: int = 1_000_000,
-             exclude: list[str] | None = None, include: list[str] | None = None) -> MineResult:
-    """Candidates from the commits of the git repository holding ``root`` (module docstring:
-    the skip reasons and the line-mapping rule).
-
-    Raises:
-        MiningError: ``root`` is not in a git work tree, or ``at`` is not a revision.
-    """
-    from rag.corpus.chunk import split_lines
-
-    root = Path(root)
-    if not root.is_dir():
-        raise MiningError(f"--path {root}: not a directory")
-    try:
-        top = Path(_git(root, "rev-parse", "--show-toplevel").strip())
-        prefix = _git(root, "rev-parse", "--show-prefix").strip()
-    except MiningError:
-        raise MiningError(f"--path {root}: not inside a git work tree") from None
-    try:
-        at_sha = _git(top, "rev-parse", "--verify", "--end-of-options", f"{at}^{{commit}}").strip()
-    except MiningError:
-        raise MiningError(f"--at {at}: not a commit of {top}") from None
-    docs = _walk(root, max_file_bytes=max_file_bytes, exclude=exclude, include=include)
-    indexed = set(docs)
-    renames_of = _rename_log(top, at_sha)
-    skipped: Counter = Counter({r: 0 for r in GIT_SKIPS})
-    candidates: list[dict[str, Any]] = []
-    seen_ids: set[str] = set()
-    at_texts: dict[str, str | None] = {}
-    at_chunks: dict[str, list] = {}
-    differ: set[str] = set()
-    examined = 0
-
-    def rel(p: str | None) -> str | None:
-        return p[len(prefix):] if p is not None and p.startswith(prefix) else None
-
-    def at_text(path: str) -> str | None:  # corpus-relative
-        if path not in at_texts:
-            try:
-                at_texts[path] = _git(top, "show", f"{at_sha}:{prefix}{path}")
-            except MiningError:
-                at_texts[path] = None
-        return at_texts[path]
-
-    for commit in _commits(top, at_sha, [prefix] if prefix else []):
-        if max_candidates is not None and len(candidates) >= max_candidates:
-            break
-        examined += 1
-        sha, subject, body = commit["sha"], commit["subject"], commit["body"]
-        if len(commit["parents"]) > 1:
-            skipped["merge"] += 1
-            continue
-        if re.match(r'^(Revert|Reapply) "', subject) or "This reverts commit" in body:
-            skipped["revert"] += 1
-            continue
-        if is_generic(_CONVENTIONAL.sub("", subject), min_words):
-            skipped["generic_subject"] += 1
-            continue
-        # the commit's files (post-image paths) and where each is at --at
-        own = parse_unified(_git(top, "show", "--format=", "--unified=0", *_DIFF_OPTS, sha))
-        own = [f for f in own if f.new is not None and rel(f.new) is not None]
-        renames = _renames_since(top, sha, at_sha, renames_of, [f.new for f in own])
-        kept = []  # (file diff, corpus path at --at)
-        for f in own:
-            target_rel = rel(renames[f.new])
-            if target_rel is not None and target_rel in indexed \
-                    and at_text(target_rel) is not None:
-                kept.append((f, target_rel))
-        if not kept:
-            skipped["no_indexable_file"] += 1
-            continue
-        n_lines = 0
-        numstat = _git(top, "show", "--format=", "--numstat", "-z", "-M", sha, "--",
-                       *sorted({p for f, _ in kept for p in (f.old, f.new) if p}))
-        for rec in re.finditer(r"(\d+|-)\t(\d+|-)\t", numstat):
-            n_lines += sum(int(x) for x in rec.groups() if x != "-")
-        if len(kept) > max_files or n_lines > max_lines:
-            skipped["too_large"] += 1
-            continue
-        if not any(f.hunks for f, _ in kept):
-            skipped["no_line_change"] += 1
-            continue
-        paths = sorted({p for f, _ in kept for p in (f.old, f.new) if p})
-        ws = _git(top, "show", "--format=", "--unified=0", "-w", "--ignore-blank-lines",
-                  *_DIFF_OPTS, sha, "--", *paths)
-        if not any(f.hunks for f in parse_unified(ws)):
-            skipped["whitespace_only"] += 1
-            continue
-        # carry the commit's lines to --at: blob against blob, so a rename is no obstacle
-        since = {}
-        for f, target in kept:
-            since[f.new] = [h for g in parse_unified(_git(
-                top, "diff", "--unified=0", *_DIFF_OPTS, f"{sha}:{f.new}",
-                f"{at_sha}:{prefix}{target}")) for h in g.hunks]
-        labels: list[dict[str, Any]] = []
-        label_keys: set = set()
-        lost = total = 0
-        files_labelled = 0
-        for f, target in kept:
-            text = at_text(target)
-            if text is None:
-                continue
-            if target not in at_chunks:
-                at_chunks[target] = _chunks(target, text)
-            chunks, text_lines = at_chunks[target], split_lines(text)
-            later = since[f.new]
-            symbols: list[str] = []
-            loose: list[int] = []
-
-            def place(n: int) -> int | None:
-                m = map_line(n, later)
-                if m is None or m > len(text_lines) or not text_lines[m - 1].strip():
-                    return None
-                return m
-
-            for a, b, c, d in f.hunks:
-                if d:
-                    for n in range(c, c + d):
-                        total += 1
-                        m = map_line(n, later)
-                        if m is None:
-                            lost += 1
-                            continue
-                        if m > len(text_lines) or not text_lines[m - 1].strip():
-                            continue
-                        ch = _smallest_chunk(chunks, m)
-                        if _is_symbol_chunk(ch):
-                            if ch.symbol not in symbols:
-                                symbols.append(ch.symbol)
-                        else:
-                            loose.append(m)
-                else:  # a pure deletion after line c: the symbol on both sides, if one
-                    above = next((place(k) for k in range(c, 0, -1) if place(k)), None)
-                    below = next((place(k) for k in range(c + 1, len(text_lines) + 1)
-                                  if place(k)), None) if c < len(text_lines) + 1 else None
-                    if above and below:
-                        ca, cb = _smallest_chunk(chunks, above), _smallest_chunk(chunks, below)
-                        if ca is cb and _is_symbol_chunk(ca) and ca.symbol not in symbols:
-                            symbols.append(ca.symbol)
-            before = len(labels)
-            for s in symbols:
-                if (target, s) not in label_keys:
-                    label_keys.add((target, s))
-                    labels.append({"path": target, "symbol": s})
-            for s, e in _line_runs(loose, text_lines):
-                labels.append({"path": target, "lines": [s, e]})
-            if len(labels) > before:
-                files_labelled += 1
-                if target in docs and docs[target].text != text:
-                    differ.add(target)
-        if not labels:
-            skipped["changed_since" if lost else "no_label"] += 1
-            continue
-        labels.sort(key=lambda lab: (lab["path"], lab.get("lines", [0])[0]))
-        note = (f"{len(kept)} indexed file(s), {n_lines} changed line(s) in the commit"
-                + (f"; {lost} of its {total} new line(s) rewritten since" if lost else "")
-                + ("" if sha == at_sha else f"; lines as at {at_sha[:10]}"))
-        candidates.append({
-            "id": _safe_id("git", sha[:10], seen_ids),
-            "query": _git_query(subject, body, with_body),
-            "source": f"mined:git {sha}",
-            "tags": [TAGS["git"]],
-            "relevant": labels,
-            "note": note,
-            "commit": sha,
-            "subject": subject,
-            "date": commit["date"],
-        })
-    return MineResult("git", candidates, skipped, examined,
-                      extra={"at": at_sha, "files_differ_from_worktree": len(differ)})
-
-
-# --------------------------------------------------------------------------- docstrings
-
-
-def docstring_summary(doc: str) -> str:
-    """The summary of a cleaned docstring: the first sentence (up to ``.``, ``!`` or ``?``
-    followed by a space) of its first paragraph, lines joined by single spaces."""
-    para = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0]
-    joined = " ".join(para.split())
-    m = re.match(r"(.+?[.!?])(?=\s)", joined)
-    return m.group(1) if m else joined
-
-
-def _documented_symbols(tree: ast.Module) -> list[tuple[str, str, str]]:
-    """(symbol, kind, docstring) of every definition the Python chunker makes a chunk of."""
-    out: list[tuple[str, str, str]] = []
-
-    def visit_class(node: ast.ClassDef, prefix: str) -> None:
-        qual = f"{prefix}{node.name}"
-        doc = ast.get_docstring(node)
-        if doc:
-            out.append((qual, "class", doc))
-        for child in node.body:
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                d = ast.get_docstring(child)
-                if d:
-                    out.append((f"{qual}.{child.name}", "method", d))
-            elif isinstance(child, ast.ClassDef):
-                visit_class(child, f"{qual}.")
-
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            d = ast.get_docstring(node)
-            if d:
-                out.append((node.name, "function", d))
-        elif isinstance(node, ast.ClassDef):
-            visit_class(node, "")
-    return out
-
-
-def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: int = 3,
-                    max_file_bytes: int = 1_000_000, exclude: list[str] | None = None,
-                    include: list[str] | None = None) -> MineResult:
-    """Candidates from the docstrings of the corpus's Python files (module docstring)."""
-    from rag.corpus.languages import language_name
-
-    root = Path(root)
-    if not root.is_dir():
-        raise MiningError(f"--path {root}: not a directory")
-    docs = _walk(root, max_file_bytes=max_file_bytes, exclude=exclude, include=include)
-    skipped: Counter = Counter({r: 0 for r in DOC_SKIPS})
-    found: list[dict[str, Any]] = []
-    examined = 0
-    for path, doc in docs.items():
-        if language_name(path) != "python":
-            continue
-        try:
-            tree = ast.parse(doc.text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        syms = _documented_symbols(tree)
-        if not syms:
-            continue
-        chunks = _chunks(path, doc.text)
-        masked_chunks = _chunks(path, mask_docstrings(doc.text, "python"))
-        for symbol, kind, text in syms:
-            examined += 1
-            summary = docstring_summary(text)
-            if len(_WORD.findall(summary)) < min_words:
-                skipped["short_summary"] += 1
-                continue
-            body = "".join(c.text for c in chunks if c.symbol == symbol)
-            masked = "".join(c.text for c in masked_chunks if c.symbol == symbol)
-            if not body:  # not a chunk of its own (the chunker and this walk disagree)
-                continue
-            found.append({"path": path, "symbol": symbol, "kind": kind, "query": summary,
-                          "category": doc.category,
-                          "leakage": leakage(summary, body),
-                          "leakage_masked": leakage(summary, masked)})
-    counts = Counter(" ".join(f["query"].lower().split()) for f in found)
-    unique = []
-    for f in found:
-        if counts[" ".join(f["query"].lower().split())] > 1:
-            skipped["duplicate_summary"] += 1
-        else:
-            unique.append(f)
-    if max_candidates is not None and len(unique) > max_candidates:
-        step = len(unique) / max_candidates
-        keep = [unique[int(i * step)] for i in range(max_candidates)]
-        skipped["over_max"] += len(unique) - len(keep)
-        unique = keep
-    seen_ids: set[str] = set()
-    candidates = [{
-        "id": _safe_id("doc", f"{f['path']}-{f['symbol']}", seen_ids),
-        "query": f["query"],
-        "source": "mined:docstring",
-        "tags": [TAGS["docstrings"]],
-        "types": [f["category"]],
-        "relevant": [{"path": f["path"], "symbol": f["symbol"]}],
-        "note": (f"{f['kind']} docstring summary; {int(round(100 * f['leakage']))}% of its "
-                 f"tokens are in the chunk, {int(round(100 * f['leakage_masked']))}% with "
-                 "docstrings masked"),
-        "kind": f["kind"],
-        "leakage": f["leakage"],
-        "leakage_masked": f["leakage_masked"],
-    } for f in unique]
-    return MineResult("docstrings", candidates, skipped, examined)
-
-
-# --------------------------------------------------------------------------- github
-
-_CLOSES = re.compile(
-    r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b\s*:?\s+"
-    r"(?:(?:https?://[^\s/]+/)?([\w.\-]+/[\w.\-]+)(?:/issues/|#)|#)(\d+)", re.I)
-
-
-def _repo_of(url: str) -> str | None:
-    m = re.search(r"https?://[^/]+/([^/]+/[^/]+)/(?:issues|pull)/\d+", url or "")
-    return m.group(1).lower() if m else None
-
-
-def mine_github(root: Path, exports: list[Path], *, max_candidates: int | None = 200,
-                with_body: bool = False, max_files: int = 20, min_words: int = 3,
-                max_file_bytes: int = 1_000_000, exclude: list[str] | None = None,
-                include: list[str] | None = None) -> MineResult:
-    """Candidates from gh JSON exports of issues and pull requests (module docstring).
-
-    Raises:
-        MiningError: an export is missing, not a JSON list, a record lacks number/title/url,
-            or no pull request in the exports has ``files``.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise MiningError(f"--path {root}: not a directory")
-    if not exports:
-        raise MiningError("--from github needs at least one --export FILE (a gh JSON export)")
-    records: list[dict] = []
-    for path in exports:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise MiningError(f"--export {path}: file not found") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise MiningError(f"--export {path}: not a JSON export: {exc}") from None
-        if not isinstance(data, list):
-            raise MiningError(f"--export {path}: expected a JSON list of issues or pull requests")
-        for i, rec in enumerate(data):
-            if not isinstance(rec, dict) or not all(rec.get(k) for k in ("number", "title", "url")):
-                raise MiningError(f"--export {path}: record {i} lacks number, title or url")
-            records.append(rec)
-    prs = [r for r in records if "/pull/" in str(r["url"]) or "files" in r]
-    issues = {}
-    for r in records:
-        if r not in prs:
-            issues[(_repo_of(str(r["url"])), int(r["number"]))] = r
-    if prs and not any("files" in r for r in prs):
-        raise MiningError("no pull request in the exports has 'files': export them with "
-                          "gh pr list --json number,title,body,url,files,"
-                          "closingIssuesReferences,mergedAt")
-    prefix = ""
-    try:
-        prefix = _git(root, "rev-parse", "--show-prefix").strip()
-    except MiningError:
-        pass
-    docs = _walk(root, max_file_bytes=max_file_bytes, exclude=exclude, include=include)
-    skipped: Counter = Counter({r: 0 for r in GITHUB_SKIPS})
-    examined = len(records)
-
-    def indexed_files(pr: dict) -> list[str]:
-        out = []
-        for f in pr.get("files") or []:
-            p = f.get("path") if isinstance(f, dict) else str(f)
-            if p and p.startswith(prefix) and p[len(prefix):] in docs:
-                if p[len(prefix):] not in out:
-                    out.append(p[len(prefix):])
-        return out
-
-    def merged(pr: dict) -> bool:
-        if "mergedAt" in pr:
-            return bool(pr["mergedAt"])
-        if "state" in pr:
-            return str(pr["state"]).upper() == "MERGED"
-        return True
-
-    linked: dict[tuple, list[dict]] = {}  # issue key -> its merged PRs
-    alone: list[dict] = []
-    for pr in sorted(prs, key=lambda r: int(r["number"])):
-        if not merged(pr):
-            skipped["not_merged"] += 1
-            continue
-        repo = _repo_of(str(pr["url"]))
-        keys = []
-        for ref in pr.get("closingIssuesReferences") or []:
-            if isinstance(ref, dict) and ref.get("number"):
-                r_repo = _repo_of(str(ref.get("url", ""))) or repo
-                keys.append((r_repo, int(ref["number"])))
-        for m in _CLOSES.finditer(str(pr.get("body") or "")):
-            keys.append(((m.group(1) or repo or "").lower() or None, int(m.group(2))))
-        keys = [k for k in dict.fromkeys(keys) if k in issues]
-        for k in keys:
-            linked.setdefault(k, []).append(pr)
-        if not keys:
-            alone.append(pr)
-    skipped["issue_without_pr"] += sum(1 for k in issues if k not in linked)
-
-    def text_of(rec: dict) -> str:
-        title = str(rec["title"]).strip()
-        body = str(rec.get("body") or "").strip()
-        return f"{title}\n\n{body}" if with_body and body else title
-
-    items = []  # (number, kind, record, prs)
-    for k, prs_of in linked.items():
-        items.append((int(issues[k]["number"]), "issue", issues[k], prs_of))
-    for pr in alone:
-        items.append((int(pr["number"]), "pr", pr, [pr]))
-    items.sort(key=lambda t: -t[0])  # newest first
-    out = []
-    for number, kind, rec, prs_of in items:
-        if is_generic(str(rec["title"]), min_words):
-            skipped["generic_title"] += 1
-            continue
-        files: list[str] = []
-        for pr in prs_of:
-            files += [p for p in indexed_files(pr) if p not in files]
-        if not files:
-            skipped["no_indexable_file"] += 1
-            continue
-        if len(files) > max_files:
-            skipped["too_large"] += 1
-            continue
-        out.append((number, kind, rec, prs_of, files))
-    if max_candidates is not None and len(out) > max_candidates:
-        skipped["over_max"] += len(out) - max_candidates
-        out = out[:max_candidates]
-    seen_ids: set[str] = set()
-    candidates = []
-    for number, kind, rec, prs_of, files in out:
-        nums = ", ".join(f"#{p['number']}" for p in prs_of)
-        candidates.append({
-            "id": _safe_id(f"gh-{kind}", str(number), seen_ids),
-            "query": text_of(rec),
-            "source": f"mined:github {rec['url']}",
-            "tags": [TAGS["github"]],
-            "relevant": [{"path": p} for p in files],
-            "note": (f"issue #{number}, files changed by {nums}" if kind == "issue"
-                     else f"pull request #{number} (no linked issue in the export), its files"),
-            "url": str(rec["url"]),
-            "prs": [int(p["number"]) for p in prs_of],
-        })
-    return MineResult("github", candidates, skipped, examined)
-
-
 # --------------------------------------------------------------------------- output
 
 
@@ -947,13 +323,16 @@ def _list(dumper: yaml.SafeDumper, data: list):
 _Dumper.add_representer(str, _str)
 _Dumper.add_representer(list, _list)
 
-_NOUNS = {"git": "commits", "docstrings": "documented symbols", "github": "issues and PRs"}
+def _noun(source: str) -> str:
+    from rag.golden.miners import miners
+
+    return miners()[source].NOUN
 
 
 def skip_line(result: MineResult) -> str:
     """``examined N <things>: K candidates; skipped: reason n, ...`` (stderr, file header)."""
     skips = ", ".join(f"{r} {n}" for r, n in result.skipped.items())
-    return (f"examined {result.examined} {_NOUNS[result.source]}: {len(result.candidates)} "
+    return (f"examined {result.examined} {_noun(result.source)}: {len(result.candidates)} "
             f"candidates; skipped: {skips}")
 
 
@@ -1004,7 +383,9 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
                 "number,title,body,url,files,closingIssuesReferences,mergedAt > prs.json; "
                 "gh issue list --state all --limit 1000 --json number,title,body,url > "
                 "issues.json"))
-    p.add_argument("--from", dest="source", required=True, choices=SOURCES,
+    from rag.golden.miners import miners
+
+    p.add_argument("--from", dest="source", required=True, choices=sorted(miners()),
                    help="what to mine")
     p.add_argument("--path", required=True, metavar="DIR",
                    help="the corpus directory (git: inside a git work tree)")
@@ -1069,15 +450,9 @@ def mine(args: argparse.Namespace) -> MineResult:
     walk = dict(max_file_bytes=args.max_file_bytes, exclude=args.exclude, include=args.include)
     limit = args.max or None
     root = Path(args.path)
-    if args.source == "git":
-        return mine_git(root, at=args.at, max_candidates=limit, with_body=args.with_body,
-                        max_files=args.max_files, max_lines=args.max_lines,
-                        min_words=args.min_words, **walk)
-    if args.source == "docstrings":
-        return mine_docstrings(root, max_candidates=limit, min_words=args.min_words, **walk)
-    return mine_github(root, [Path(e) for e in args.export], max_candidates=limit,
-                       with_body=args.with_body, max_files=args.max_files,
-                       min_words=args.min_words, **walk)
+    from rag.golden.miners import miners
+
+    return miners()[args.source].from_args(args, root=root, max_candidates=limit, walk=walk)
 
 
 def mine_command(args: argparse.Namespace) -> int:

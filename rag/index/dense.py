@@ -635,39 +635,22 @@ def _value(v: Any) -> Any:
 def check_encoder_settings(e: Any) -> None:
     """Refuse an ``embedder`` config that cannot run as written, before anything is loaded.
 
-    Checks ``backend`` / ``dtype`` / ``query_backend`` (rag/config.py ``EmbedderConfig``) and
-    ``max_seq_by_category``: bfloat16 only on torch and on a CPU with native bfloat16
-    (:func:`rag.index.cpu.check_dtype`); a query side on the other runtime only in float32
-    (the two runtimes' int8 quantizations are different models); model2vec has no backend or
-    dtype to choose; a per-category length is >= 8 word pieces.
+    ``embedder.kind``'s own ``check`` (rag/index/embedders/: backend, dtype, query_backend),
+    then ``max_seq_length`` against the model's position limit (kinds with one) and
+    ``max_seq_by_category``: a per-category length is >= 8 word pieces.
 
     Args:
         e: the ``embedder`` config node (or any object with those attributes).
 
     Raises:
-        ValueError: one line naming the key (:class:`rag.index.cpu.UnsupportedDtypeError` for
-            the dtype).
+        ValueError: one line naming the key (an unknown ``embedder.kind`` lists the registered
+            ones; :class:`rag.index.cpu.UnsupportedDtypeError` for the dtype).
     """
-    from rag.index.cpu import check_dtype
+    from rag.index.embedders import kind_of
 
-    kind = str(_value(e.kind))
-    backend = str(_value(getattr(e, "backend", "torch")))
-    dtype = str(_value(getattr(e, "dtype", "float32")))
-    query = _value(getattr(e, "query_backend", None))
-    query = backend if query is None else str(query)
-    if kind == "model2vec":
-        if backend != "torch" or dtype != "float32" or query != "torch":
-            raise ValueError("embedder.kind=model2vec is a static model: embedder.backend, "
-                             "embedder.query_backend and embedder.dtype keep their defaults "
-                             f"(torch, torch, float32), got {backend}, {query}, {dtype}")
-    else:
-        check_dtype(backend, dtype)
-        if query != backend and dtype != "float32":
-            raise ValueError(f"embedder.query_backend={query} with embedder.backend={backend} "
-                             f"needs embedder.dtype=float32 (got {dtype}): the two runtimes' "
-                             "quantized models differ, so queries and chunks would not share "
-                             "one vector space")
-    limit = _position_limit(e) if kind != "model2vec" else None
+    kind = kind_of(str(_value(e.kind)))
+    kind.check(e)
+    limit = _position_limit(e) if kind.USES_POSITIONS else None
     if limit is not None and int(getattr(e, "max_seq_length", 0) or 0) > limit:
         raise ValueError(f"embedder.max_seq_length must be <= {limit}, the model's "
                          f"max_position_embeddings, got {e.max_seq_length}")

@@ -7,11 +7,27 @@ their own.
 
 A :class:`Measure` names one metric (``mrr``) or a family cut at k (``recall_at_``: every
 ``recall_at_<k>``). Lookups go through :func:`measure_of`.
+
+A new ranking metric is one file in this folder (``rag/eval/measures/<name>.py``) defining
+``MEASURES = (Measure(..., compute=fn),)`` plus its test: :func:`registered` imports every
+module here, and the evaluator (:func:`rag.eval.metrics.query_metrics`) computes every
+measure with a ``compute`` on each query's ranking, so the metric lands in per_query.csv and on
+the row, and the sweep, the gate and ``rag golden expected`` read its flags
+(``average_precision.py`` is one: MAP). The built-in metrics are declared below and computed
+in rag/eval/metrics.py.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+#: a computed measure: (ranking, best first, doc ids; qrels of the query: doc id -> grade) ->
+#: value; a family's also gets the cut-off k
+Compute = Callable[..., float]
 
 
 @dataclass(frozen=True)
@@ -26,6 +42,10 @@ class Measure:
         significance: sweeps test it per query against their baseline.
         pinned: ``rag golden expected`` pins its per-query column in expected_per_query.csv.
         source: where the formula is defined (a paper or a module).
+        compute: for a measure computed on each query's ranking (not one of metrics.py's
+            built-ins): ``compute(ranking, rel)`` -> float, or ``compute(ranking, rel, k)``
+            for a family; None for the built-ins and for measures computed elsewhere.
+        cutoffs: a computed family's cut-offs (``ndcg_at_`` style names ``<name><k>``).
     """
 
     name: str
@@ -34,6 +54,22 @@ class Measure:
     significance: bool = False
     pinned: bool = False
     source: str = ""
+    compute: Compute | None = None
+    cutoffs: tuple[int, ...] = ()
+
+    def values(self, ranking: Sequence[str], rel: Mapping[str, int]) -> dict[str, float]:
+        """This computed measure on one query: metric name -> value.
+
+        Raises:
+            ValueError: the measure has no ``compute``, or a family has no ``cutoffs``.
+        """
+        if self.compute is None:
+            raise ValueError(f"measure {self.name!r} is not computed by the registry")
+        if self.family:
+            if not self.cutoffs:
+                raise ValueError(f"measure family {self.name!r} declares no cutoffs")
+            return {f"{self.name}{k}": float(self.compute(ranking, rel, k)) for k in self.cutoffs}
+        return {self.name: float(self.compute(ranking, rel))}
 
     @property
     def family(self) -> bool:
@@ -45,7 +81,7 @@ class Measure:
         return None if self.per_query is None else (self.per_query or metric)
 
 
-MEASURES: tuple[Measure, ...] = (
+BUILTIN: tuple[Measure, ...] = (
     Measure("mrr", significance=True, pinned=True, source="rag/eval/metrics.py"),
     Measure("recall_at_", significance=True, pinned=True,
             source="trec_eval recall (rag/eval/metrics.py)"),
@@ -67,21 +103,53 @@ MEASURES: tuple[Measure, ...] = (
     Measure("latency", lower_is_better=True, per_query=None),  # latency_*: every latency
     Measure("abstain_rate", per_query=None),
 )
-_EXACT = {m.name: m for m in MEASURES if not m.family and m.name != "latency"}
-_FAMILIES = sorted((m for m in MEASURES if m.family), key=lambda m: -len(m.name))
+
+
+@functools.cache
+def registered() -> tuple[Measure, ...]:
+    """Every declared measure: :data:`BUILTIN`, then the ``MEASURES`` of each module of this
+    package, by module name.
+
+    Raises:
+        ValueError: two declarations of one name (the modules are named).
+    """
+    found: list[tuple[Measure, str]] = [(m, __name__) for m in BUILTIN]
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += [(m, module.__name__) for m in getattr(module, "MEASURES", ())]
+    seen: dict[str, str] = {}
+    for m, where in found:
+        if m.name in seen:
+            raise ValueError(f"measure {m.name!r} is declared twice: in {seen[m.name]} and {where}")
+        seen[m.name] = where
+    return tuple(m for m, _ in found)
+
+
+@functools.cache
+def computed() -> tuple[Measure, ...]:
+    """The registered measures the evaluator computes on each query's ranking."""
+    return tuple(m for m in registered() if m.compute is not None)
+
+
+@functools.cache
+def _lookup() -> tuple[dict[str, Measure], list[Measure]]:
+    ms = registered()
+    exact = {m.name: m for m in ms if not m.family and m.name != "latency"}
+    return exact, sorted((m for m in ms if m.family), key=lambda m: -len(m.name))
 
 
 def measure_of(metric: str) -> Measure | None:
     """The :class:`Measure` declaring ``metric`` (an exact name, a ``<family><k>`` name or a
     ``latency*`` name), or None for an undeclared metric."""
-    if metric in _EXACT:
-        return _EXACT[metric]
-    for m in _FAMILIES:  # longest prefix first: semble_ndcg_at_ before ndcg_at_
+    exact, families = _lookup()
+    if metric in exact:
+        return exact[metric]
+    for m in families:  # longest prefix first: semble_ndcg_at_ before ndcg_at_
         rest = metric[len(m.name):]
         if metric.startswith(m.name) and rest.isdigit():
             return m
     if metric.startswith("latency"):
-        return next(m for m in MEASURES if m.name == "latency")
+        return next(m for m in BUILTIN if m.name == "latency")
     return None
 
 
@@ -103,7 +171,7 @@ def significance_metric(column: str) -> bool:
     m = measure_of(column)
     if m is not None and m.significance and m.per_query == "":
         return True
-    return any(m.significance and m.per_query == column for m in MEASURES)
+    return any(m.significance and m.per_query == column for m in registered())
 
 
 def pinned_column(column: str) -> bool:

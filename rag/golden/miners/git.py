@@ -1,0 +1,390 @@
+"""``rag golden mine --from git``: each commit's subject (and, with ``--with-body``, its body)
+as a query, what the commit changed *as it is at --at* as its labels; the skip reasons and the
+candidates format are in rag/golden/mining.py's docstring."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from rag.golden.mining import CONVENTIONAL_PREFIX, MineResult, MiningError, chunks_of, is_generic, safe_id, walk_documents
+
+#: ``rag golden mine --from git``
+SOURCE = "git"
+#: the tag its candidates carry
+TAG = "mined_git"
+#: what ``examined`` counts
+NOUN = "commits"
+#: every skip reason (each counted, 0 too)
+SKIPS = ("merge", "revert", "generic_subject", "no_indexable_file", "too_large",
+             "no_line_change", "whitespace_only", "changed_since", "no_label")
+SYMBOL_LABEL_KINDS = frozenset({"function", "class", "method", "section"})
+GIT_TIMEOUT_S = 300
+
+_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+                 "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+                 "GIT_PREFIX")
+_DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+              "--dst-prefix=b/", "-M")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def run_git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        p = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=cwd, env=env,
+                           capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise MiningError(f"git {args[0]}: {exc}") from None
+    if p.returncode != 0:
+        msg = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise MiningError(f"git {' '.join(args[:2])} failed in {cwd}: "
+                          f"{msg[-1] if msg else 'exit ' + str(p.returncode)}")
+    return p.stdout.decode("utf-8", "replace")
+
+
+def _unquote(name: str) -> str:
+    """A path as git prints it in diff headers (C-quoted when it holds odd characters)."""
+    name = name.rstrip("\t")
+    if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
+        import codecs
+
+        raw = codecs.escape_decode(name[1:-1].encode("latin-1", "backslashreplace"))[0]
+        return raw.decode("utf-8", "replace")
+    return name
+
+
+@dataclass
+class _FileDiff:
+    old: str | None  # path before (None: added)
+    new: str | None  # path after (None: deleted)
+    hunks: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+
+def parse_unified(text: str) -> list[_FileDiff]:
+    """Files and ``(old_start, old_count, new_start, new_count)`` hunks of a git diff printed
+    with ``--src-prefix=a/ --dst-prefix=b/`` (content lines are skipped by count, so a
+    removed line that reads ``-- x`` is never taken for a header)."""
+    files: list[_FileDiff] = []
+    cur: _FileDiff | None = None
+    left_old = left_new = 0
+    for line in text.split("\n"):
+        if left_old or left_new:
+            if line.startswith("-"):
+                left_old -= 1
+            elif line.startswith("+"):
+                left_new -= 1
+            elif line.startswith("\\"):
+                pass
+            else:  # a context line (never with --unified=0)
+                left_old, left_new = left_old - 1, left_new - 1
+            continue
+        if line.startswith("diff --git "):
+            cur = _FileDiff(old=None, new=None)
+            files.append(cur)
+            cur.old = cur.new = ""  # unknown until the headers
+        elif cur is None:
+            continue
+        elif line.startswith("rename from "):
+            cur.old = _unquote(line[len("rename from "):])
+        elif line.startswith("rename to "):
+            cur.new = _unquote(line[len("rename to "):])
+        elif line.startswith("--- "):
+            p = _unquote(line[4:])
+            cur.old = None if p == "/dev/null" else p[2:] if p.startswith("a/") else p
+        elif line.startswith("+++ "):
+            p = _unquote(line[4:])
+            cur.new = None if p == "/dev/null" else p[2:] if p.startswith("b/") else p
+        elif line.startswith("@@"):
+            m = _HUNK.match(line)
+            if m:
+                a, b, c, d = (int(m.group(1)), int(m.group(2) or 1), int(m.group(3)),
+                              int(m.group(4) or 1))
+                cur.hunks.append((a, b, c, d))
+                left_old, left_new = b, d
+    return [f for f in files if f.old != "" or f.new != ""]
+
+
+def map_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int | None:
+    """``line`` of a diff's old side at its place on the new side, or None when a hunk
+    rewrote or removed it. Hunks as :func:`parse_unified` gives them (``--unified=0``)."""
+    shift_from = None
+    for a, b, c, d in hunks:
+        if b and a <= line <= a + b - 1:
+            return None
+        old_end = a + b - 1 if b else a
+        if line > old_end:
+            shift_from = (old_end, c + d - 1 if d else c)
+    if shift_from is None:
+        return line
+    return line - shift_from[0] + shift_from[1]
+
+
+def _commits(top: Path, at: str, pathspec: list[str]) -> Iterable[dict[str, Any]]:
+    fmt = "%H%x1f%P%x1f%aI%x1f%s%x1f%b%x1e"
+    out = run_git(top, "log", f"--format={fmt}", at, "--", *pathspec)
+    for rec in out.split("\x1e"):
+        rec = rec.lstrip("\n")
+        if not rec:
+            continue
+        sha, parents, date, subject, body = (rec.split("\x1f") + [""] * 5)[:5]
+        yield {"sha": sha, "parents": parents.split(), "date": date, "subject": subject.strip(),
+               "body": body.strip()}
+
+
+_TRAILER = re.compile(r"^(Signed-off-by|Co-authored-by|Reviewed-by|Acked-by|Change-Id|"
+                      r"Cherry-picked-from|Tested-by|Reported-by):", re.I)
+
+
+def _git_query(subject: str, body: str, with_body: bool) -> str:
+    q = CONVENTIONAL_PREFIX.sub("", subject).strip() or subject
+    if with_body and body:
+        kept = "\n".join(ln for ln in body.splitlines() if not _TRAILER.match(ln)).strip()
+        if kept:
+            q = f"{q}\n\n{kept}"
+    return q
+
+
+def _rename_log(top: Path, at: str) -> dict[str, list[tuple[str, str]]]:
+    """commit -> the (old, new) renames it made, for every commit reachable from ``at``, each
+    detected against its own first parent (``git log -M``; merges show none)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    text = run_git(top, "log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=%x1e%H",
+                at)
+    for block in text.split("\x1e"):
+        fields = [f.strip("\n") for f in block.split("\0")]
+        if not fields or not fields[0]:
+            continue
+        sha, rest = fields[0], [f for f in fields[1:] if f]
+        for i in range(0, len(rest) - 2, 3):
+            if rest[i].startswith("R"):
+                out.setdefault(sha, []).append((rest[i + 1], rest[i + 2]))
+    return out
+
+
+def _renames_since(top: Path, sha: str, at: str, renames_of: dict, paths: list[str]
+                   ) -> dict[str, str]:
+    """Each of ``paths`` (as in commit ``sha``) under the name it has at ``at``: the renames
+    of the commits between them applied oldest first."""
+    now = {p: p for p in paths}
+    if not renames_of or sha == at:
+        return now
+    between = run_git(top, "rev-list", "--topo-order", f"{sha}..{at}").split()
+    for c in reversed(between):
+        for old, new in renames_of.get(c, ()):
+            for p, cur in now.items():
+                if cur == old:
+                    now[p] = new
+    return now
+
+
+def _smallest_chunk(chunks, line: int):
+    best = None
+    for c in chunks:
+        if c.start_line <= line <= c.end_line and (
+                best is None or c.end_line - c.start_line < best.end_line - best.start_line):
+            best = c
+    return best
+
+
+def _is_symbol_chunk(c) -> bool:
+    return c is not None and c.kind in SYMBOL_LABEL_KINDS and bool(c.symbol)
+
+
+def _line_runs(lines: Iterable[int], text_lines: list[str]) -> list[tuple[int, int]]:
+    """Sorted line numbers as ``(start, end)`` runs; a gap of blank lines does not split."""
+    runs: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if runs and all(not text_lines[k - 1].strip() for k in range(runs[-1][1] + 1, n)):
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return [(s, e) for s, e in runs]
+
+
+def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
+             with_body: bool = False, max_files: int = 20, max_lines: int = 500,
+             min_words: int = 3, max_file_bytes: int = 1_000_000,
+             exclude: list[str] | None = None, include: list[str] | None = None) -> MineResult:
+    """Candidates from the commits of the git repository holding ``root`` (module docstring:
+    the skip reasons and the line-mapping rule).
+
+    Raises:
+        MiningError: ``root`` is not in a git work tree, or ``at`` is not a revision.
+    """
+    from rag.corpus.chunk import split_lines
+
+    root = Path(root)
+    if not root.is_dir():
+        raise MiningError(f"--path {root}: not a directory")
+    try:
+        top = Path(run_git(root, "rev-parse", "--show-toplevel").strip())
+        prefix = run_git(root, "rev-parse", "--show-prefix").strip()
+    except MiningError:
+        raise MiningError(f"--path {root}: not inside a git work tree") from None
+    try:
+        at_sha = run_git(top, "rev-parse", "--verify", "--end-of-options", f"{at}^{{commit}}").strip()
+    except MiningError:
+        raise MiningError(f"--at {at}: not a commit of {top}") from None
+    docs = walk_documents(root, max_file_bytes=max_file_bytes, exclude=exclude, include=include)
+    indexed = set(docs)
+    renames_of = _rename_log(top, at_sha)
+    skipped: Counter = Counter({r: 0 for r in SKIPS})
+    candidates: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    at_texts: dict[str, str | None] = {}
+    at_chunks: dict[str, list] = {}
+    differ: set[str] = set()
+    examined = 0
+
+    def rel(p: str | None) -> str | None:
+        return p[len(prefix):] if p is not None and p.startswith(prefix) else None
+
+    def at_text(path: str) -> str | None:  # corpus-relative
+        if path not in at_texts:
+            try:
+                at_texts[path] = run_git(top, "show", f"{at_sha}:{prefix}{path}")
+            except MiningError:
+                at_texts[path] = None
+        return at_texts[path]
+
+    for commit in _commits(top, at_sha, [prefix] if prefix else []):
+        if max_candidates is not None and len(candidates) >= max_candidates:
+            break
+        examined += 1
+        sha, subject, body = commit["sha"], commit["subject"], commit["body"]
+        if len(commit["parents"]) > 1:
+            skipped["merge"] += 1
+            continue
+        if re.match(r'^(Revert|Reapply) "', subject) or "This reverts commit" in body:
+            skipped["revert"] += 1
+            continue
+        if is_generic(CONVENTIONAL_PREFIX.sub("", subject), min_words):
+            skipped["generic_subject"] += 1
+            continue
+        # the commit's files (post-image paths) and where each is at --at
+        own = parse_unified(run_git(top, "show", "--format=", "--unified=0", *_DIFF_OPTS, sha))
+        own = [f for f in own if f.new is not None and rel(f.new) is not None]
+        renames = _renames_since(top, sha, at_sha, renames_of, [f.new for f in own])
+        kept = []  # (file diff, corpus path at --at)
+        for f in own:
+            target_rel = rel(renames[f.new])
+            if target_rel is not None and target_rel in indexed \
+                    and at_text(target_rel) is not None:
+                kept.append((f, target_rel))
+        if not kept:
+            skipped["no_indexable_file"] += 1
+            continue
+        n_lines = 0
+        numstat = run_git(top, "show", "--format=", "--numstat", "-z", "-M", sha, "--",
+                       *sorted({p for f, _ in kept for p in (f.old, f.new) if p}))
+        for rec in re.finditer(r"(\d+|-)\t(\d+|-)\t", numstat):
+            n_lines += sum(int(x) for x in rec.groups() if x != "-")
+        if len(kept) > max_files or n_lines > max_lines:
+            skipped["too_large"] += 1
+            continue
+        if not any(f.hunks for f, _ in kept):
+            skipped["no_line_change"] += 1
+            continue
+        paths = sorted({p for f, _ in kept for p in (f.old, f.new) if p})
+        ws = run_git(top, "show", "--format=", "--unified=0", "-w", "--ignore-blank-lines",
+                  *_DIFF_OPTS, sha, "--", *paths)
+        if not any(f.hunks for f in parse_unified(ws)):
+            skipped["whitespace_only"] += 1
+            continue
+        # carry the commit's lines to --at: blob against blob, so a rename is no obstacle
+        since = {}
+        for f, target in kept:
+            since[f.new] = [h for g in parse_unified(run_git(
+                top, "diff", "--unified=0", *_DIFF_OPTS, f"{sha}:{f.new}",
+                f"{at_sha}:{prefix}{target}")) for h in g.hunks]
+        labels: list[dict[str, Any]] = []
+        label_keys: set = set()
+        lost = total = 0
+        files_labelled = 0
+        for f, target in kept:
+            text = at_text(target)
+            if text is None:
+                continue
+            if target not in at_chunks:
+                at_chunks[target] = chunks_of(target, text)
+            chunks, text_lines = at_chunks[target], split_lines(text)
+            later = since[f.new]
+            symbols: list[str] = []
+            loose: list[int] = []
+
+            def place(n: int) -> int | None:
+                m = map_line(n, later)
+                if m is None or m > len(text_lines) or not text_lines[m - 1].strip():
+                    return None
+                return m
+
+            for a, b, c, d in f.hunks:
+                if d:
+                    for n in range(c, c + d):
+                        total += 1
+                        m = map_line(n, later)
+                        if m is None:
+                            lost += 1
+                            continue
+                        if m > len(text_lines) or not text_lines[m - 1].strip():
+                            continue
+                        ch = _smallest_chunk(chunks, m)
+                        if _is_symbol_chunk(ch):
+                            if ch.symbol not in symbols:
+                                symbols.append(ch.symbol)
+                        else:
+                            loose.append(m)
+                else:  # a pure deletion after line c: the symbol on both sides, if one
+                    above = next((place(k) for k in range(c, 0, -1) if place(k)), None)
+                    below = next((place(k) for k in range(c + 1, len(text_lines) + 1)
+                                  if place(k)), None) if c < len(text_lines) + 1 else None
+                    if above and below:
+                        ca, cb = _smallest_chunk(chunks, above), _smallest_chunk(chunks, below)
+                        if ca is cb and _is_symbol_chunk(ca) and ca.symbol not in symbols:
+                            symbols.append(ca.symbol)
+            before = len(labels)
+            for s in symbols:
+                if (target, s) not in label_keys:
+                    label_keys.add((target, s))
+                    labels.append({"path": target, "symbol": s})
+            for s, e in _line_runs(loose, text_lines):
+                labels.append({"path": target, "lines": [s, e]})
+            if len(labels) > before:
+                files_labelled += 1
+                if target in docs and docs[target].text != text:
+                    differ.add(target)
+        if not labels:
+            skipped["changed_since" if lost else "no_label"] += 1
+            continue
+        labels.sort(key=lambda lab: (lab["path"], lab.get("lines", [0])[0]))
+        note = (f"{len(kept)} indexed file(s), {n_lines} changed line(s) in the commit"
+                + (f"; {lost} of its {total} new line(s) rewritten since" if lost else "")
+                + ("" if sha == at_sha else f"; lines as at {at_sha[:10]}"))
+        candidates.append({
+            "id": safe_id("git", sha[:10], seen_ids),
+            "query": _git_query(subject, body, with_body),
+            "source": f"mined:git {sha}",
+            "tags": [TAG],
+            "relevant": labels,
+            "note": note,
+            "commit": sha,
+            "subject": subject,
+            "date": commit["date"],
+        })
+    return MineResult("git", candidates, skipped, examined,
+                      extra={"at": at_sha, "files_differ_from_worktree": len(differ)})
+
+
+def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> MineResult:
+    """Run this miner with ``rag golden mine``'s parsed options (``walk``: the walker's
+    ``max_file_bytes`` / ``exclude`` / ``include``)."""
+    return mine_git(root, at=args.at, max_candidates=max_candidates, with_body=args.with_body,
+                    max_files=args.max_files, max_lines=args.max_lines,
+                    min_words=args.min_words, **walk)
