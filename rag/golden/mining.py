@@ -196,7 +196,7 @@ def safe_id(prefix: str, text: str, seen: set[str]) -> str:
 
 
 def walk_documents(root: Path, *, max_file_bytes: int, exclude: list[str] | None,
-          include: list[str] | None):
+                   include: list[str] | None):
     """The corpus's documents as ``rag index`` walks them (default excludes plus ``exclude``)."""
     from rag.corpus.walk import DEFAULT_EXCLUDES, walk_corpus
 
