@@ -365,3 +365,26 @@ def test_a_suite_over_a_bad_folder_is_one_line_exit_2_and_no_parent(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: {src}/annotations/mux.json:2: not JSON")
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "out" / "mlflow.db").exists()
+
+
+def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
+    from rag.ledger.suite_tables import reference_figures, render_suite_tables, suite_tables
+
+    (tmp_path / "reference.csv").write_text(
+        "repo,language,queries,published_x,semble_local\n"
+        "r1,go,20,0.5,0.25\nr2,go,30,0.7,1.0\n", encoding="utf-8")
+
+    def row(repo, job, value, run):
+        return SimpleNamespace(run_id=run, experiment="rag-semble", tags={
+            "dataset_repo": repo, "dataset_language": "go", "dataset_path": str(tmp_path),
+            "sweep_job": f"dataset.repo={repo} {job}"},
+            metrics={"semble_ndcg_at_10": value, "n_positives": 2})
+
+    rows = [row("r1", "system=a", 0.2, "1"), row("r2", "system=a", 0.4, "2")]
+    ref = reference_figures(rows)
+    # queries (20, 30) are numbers but not in [0, 1]: not a figure
+    assert ref == {"published_x": {"r1": 0.5, "r2": 0.7}, "semble_local": {"r1": 0.25, "r2": 1.0}}
+    lines = render_suite_tables(suite_tables(rows, reference=ref))
+    assert "| r1 | go | 0.200 | 0.500 | 0.250 |" in lines
+    assert "| **macro** | | 0.300 | 0.600 | 0.625 |" in lines
+    assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}

@@ -226,7 +226,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         per_query.csv) logged on the parent as ``suite_tables.json`` / ``.md`` and printed."""
         from rag.ledger.figures import per_query_frame_any
         from rag.ledger.mlflow_store import LedgerError
-        from rag.ledger.suite_tables import render_suite_tables, suite_tables
+        from rag.ledger.suite_tables import reference_figures, render_suite_tables, suite_tables
 
         frames = {}
         for r in rows:
@@ -236,7 +236,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
             except LedgerError:
                 continue
         tables = suite_tables(rows, frames=frames, baseline=str(config.sweep.baseline or "")
-                              or None)
+                              or None, reference=reference_figures(rows))
         md = "\n".join(render_suite_tables(tables)) + "\n"
         for parent_id in parents.values():
             ledger.client.log_text(parent_id, json.dumps(tables, indent=2) + "\n",

@@ -410,7 +410,7 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
         srows = sorted((r for r in suites if r.tags.get("sweep_id") == sid),
                        key=lambda r: r.start_time_ms)
         if any(r.tags.get("dataset_repo") for r in srows):  # a repository suite (semble)
-            from rag.ledger.suite_tables import render_suite_tables, suite_tables
+            from rag.ledger.suite_tables import reference_figures, render_suite_tables, suite_tables
 
             base = srows[0].tags.get("sweep_baseline") or None
             out += [f"## Suite `{srows[0].tags['suite']}`: {sid}", "",
@@ -418,7 +418,8 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
                     f"{len(srows)} rows on {len({r.tags['dataset_repo'] for r in srows})} "
                     "repositories. (The test across queries is on the parent run's "
                     "suite_tables.md.)", ""]
-            out += render_suite_tables(suite_tables(srows, baseline=base))
+            out += render_suite_tables(suite_tables(srows, baseline=base,
+                                                    reference=reference_figures(srows)))
             continue
         corpora = list(dict.fromkeys(r.experiment for r in srows))
         base = srows[0].tags.get("sweep_baseline") or "none"

@@ -21,6 +21,12 @@ part), :func:`suite_tables` gives:
   Holm-corrected across the configurations (rag/eval/significance.py; Smucker, Allan &
   Carterette, CIKM 2007).
 
+Reference figures (published numbers of other systems on the same repositories) sit beside
+the measured ones when the suite's dataset directory (the rows' ``dataset_path`` tag) holds a
+``reference.csv``: rows keyed by its ``repo`` column, and every column whose values are all
+numbers in [0, 1] taken as a figure of the primary metric (semble's: ``published_*`` and
+``semble070_*_local``, see ``../shared/data/semble/README.md``); :func:`reference_figures`.
+
 A mean over part of the repositories would mislead: ``macro`` / ``micro`` of a configuration
 that lacks some repository are None and ``repos_with_rows`` says ``k/n``.
 """
@@ -57,9 +63,39 @@ def _weighted(pairs: Sequence[tuple[float, float]]) -> float | None:
     return sum(v * w for v, w in pairs) / total if total > 0 else None
 
 
+def reference_figures(rows: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """``{column: {repo: value}}`` from ``reference.csv`` in the rows' ``dataset_path`` (the
+    first row's that has one), the columns whose every value is a number in [0, 1]; {} when
+    there is no such file or it cannot be read as CSV with a ``repo`` column."""
+    import csv
+    from pathlib import Path
+
+    where = next((r.tags.get("dataset_path") for r in rows if r.tags.get("dataset_path")), None)
+    path = Path(where) / "reference.csv" if where else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            table = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return {}
+    if not table or "repo" not in table[0]:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for col in table[0]:
+        try:
+            values = {r["repo"]: float(r[col]) for r in table}
+        except (TypeError, ValueError):
+            continue
+        if values and all(0.0 <= v <= 1.0 for v in values.values()):
+            out[col] = values
+    return out
+
+
 def suite_tables(rows: Sequence[Any], *, frames: Mapping[str, Any] | None = None,
                  baseline: str | None = None, metrics: Sequence[str] = METRICS,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, reference: Mapping[str, Mapping[str, float]] | None = None
+                 ) -> dict[str, Any]:
     """The suite's tables (module docstring).
 
     Args:
@@ -70,10 +106,12 @@ def suite_tables(rows: Sequence[Any], *, frames: Mapping[str, Any] | None = None
         baseline: the baseline configuration's label (:func:`config_label` form, e.g.
             ``search.mode=bm25``); None: the first configuration.
         metrics: metric names; the first is tested.
+        reference: ``{column: {repo: value}}`` of the primary metric from elsewhere
+            (:func:`reference_figures`), shown beside the measured values.
 
     Returns:
-        ``{"metric", "members", "baseline", "configs": [{"config", "repos": {repo: {...}},
-        "macro", "micro", "languages", "categories", "repos_with_rows",
+        ``{"metric", "members", "baseline", "reference", "configs": [{"config", "repos":
+        {repo: {...}}, "macro", "micro", "languages", "categories", "repos_with_rows",
         "significance"?}]}``.
     """
     members = list(dict.fromkeys(member(r) for r in rows))
@@ -119,7 +157,7 @@ def suite_tables(rows: Sequence[Any], *, frames: Mapping[str, Any] | None = None
     base = next((c for c in configs if c["config"] == baseline), configs[0] if configs else None)
     if base is not None and len(configs) > 1:
         _significance(configs, base, metrics[0], frames, seed)
-    return {"metric": metrics[0], "members": members,
+    return {"metric": metrics[0], "members": members, "reference": dict(reference or {}),
             "baseline": base["config"] if base else None, "configs": configs}
 
 
@@ -165,6 +203,30 @@ def _f(v: Any) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
+def _side_by_side(tables: dict[str, Any]) -> list[str]:
+    """One table: per repository the primary metric of every configuration, then the
+    reference figures; the macro mean of each column over the suite's repositories."""
+    m, configs, ref = tables["metric"], tables["configs"], tables.get("reference") or {}
+    members = tables["members"]
+    if len(configs) < 2 and not ref:
+        return []
+    lang = {repo: v["language"] for c in configs for repo, v in c["repos"].items()}
+    head = [f"`{c['config']}`" for c in configs] + [f"{col} (reference.csv)" for col in ref]
+    out = [f"{m} per repository, every configuration"
+           + (" beside the reference figures" if ref else "") + ":", "",
+           "| repository | language | " + " | ".join(head) + " |",
+           "|---|---|" + "---|" * len(head)]
+    for repo in members:
+        cells = [_f(c["repos"].get(repo, {}).get(m)) for c in configs]
+        cells += [_f(ref[col].get(repo)) for col in ref]
+        out.append(f"| {repo} | {lang.get(repo, '')} | " + " | ".join(cells) + " |")
+    macro = [_f(c["macro"].get(m)) for c in configs]
+    macro += [_f(_mean([ref[col][r] for r in members if r in ref[col]])
+                 if all(r in ref[col] for r in members) else None) for col in ref]
+    out += [f"| **macro** | | " + " | ".join(macro) + " |", ""]
+    return out
+
+
 def render_suite_tables(tables: dict[str, Any]) -> list[str]:
     """Markdown lines: the configurations' macro and micro means (with significance), then
     per configuration its per-repository, per-language and per-category tables."""
@@ -188,6 +250,7 @@ def render_suite_tables(tables: dict[str, Any]) -> list[str]:
         out.append(f"| `{c['config']}` | {c['repos_with_rows']} | {_f(c['macro'].get(m))} | "
                    f"{_f(c['micro'].get(m))} | {cell('repos')} | {cell('queries')} |")
     out.append("")
+    out += _side_by_side(tables)
     for c in tables["configs"]:
         metrics = [k for k in METRICS if any(k in v for v in c["repos"].values())]
         out += [f"### `{c['config']}`", "", "| repository | language | queries | "
