@@ -50,6 +50,28 @@ class EvalResult:
     chunk_run: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+@dataclass
+class Collected:
+    """What asking every query measured, before any mean (:func:`collect_per_query`).
+
+    Attributes:
+        rows: one per-query row per query (positives then negatives), the per-query table.
+        per_query_metrics: positive query id -> its ranking metrics.
+        run / chunk_run: as :class:`EvalResult`.
+        timings: stage -> per-query latencies (ms).
+        unanswered: ``SearchResult.unanswered`` (None, ``missing``, ``failed``) -> count.
+        filtered: query id -> whether its type filter hid every relevant document.
+    """
+
+    rows: list[dict[str, Any]]
+    per_query_metrics: dict[str, dict[str, float]]
+    run: dict[str, dict[str, float]]
+    chunk_run: dict[str, list[dict[str, Any]]]
+    timings: dict[str, list[float]]
+    unanswered: dict[str | None, int]
+    filtered: dict[str, bool]
+
+
 def chunk_run_entry(hit: Any, rank_: int) -> dict[str, Any]:
     """One ranked chunk of a chunk-level run: ``rank`` (1-based, the order returned),
     ``path``, ``start_line``, ``end_line`` (1-based, inclusive; 0 when unknown), ``symbol``,
@@ -232,13 +254,36 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     Returns:
         An :class:`EvalResult`.
     """
-    from rag.core.contract import Query
     from rag.search.pipeline import PipelineRetriever
 
     if isinstance(retriever, SearchPipeline):
         if count_tokens is None and retriever.index.dense is not None:
             count_tokens = retriever.index.dense.embedder.count_tokens
         retriever = PipelineRetriever(retriever)
+    got = collect_per_query(retriever, golden, recall_ks=recall_ks, ndcg_k=ndcg_k, depth=depth,
+                            progress=progress, use_expected_types=use_expected_types,
+                            count_tokens=count_tokens, ties=ties, min_overlap=min_overlap,
+                            hit_url=hit_url, trace_n=trace_n)
+    metrics = aggregate(got, golden, use_expected_types=use_expected_types,
+                        gate_thresholds=gate_thresholds)
+    bands = bool(getattr(retriever, "bands_on_top_dense", False))
+    cal = calibrate_abstention(got.rows, target_false_weak=target_false_weak,
+                               target_dropped=target_dropped, bands_on_top_dense=bands)
+    metrics.update(calibration_metrics(cal))
+    return EvalResult(metrics=metrics, per_query=got.rows, calibration=cal, run=got.run,
+                      chunk_run=got.chunk_run)
+
+
+def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
+                      ndcg_k: int, depth: int, progress: bool = True,
+                      use_expected_types: bool = False, count_tokens=None,
+                      ties: str = "doc_id", min_overlap: float = 0.0, hit_url=None,
+                      trace_n: int = 5) -> Collected:
+    """Ask ``retriever`` (a Retriever; a pipeline is wrapped by :func:`evaluate`) every query
+    of ``golden`` and measure each one: the per-query rows, ranking metrics, runs and
+    timings that :func:`aggregate` averages. Arguments as :func:`evaluate`."""
+    from rag.core.contract import Query
+
     rows: list[dict[str, Any]] = []
     per_query_metrics: dict[str, dict[str, float]] = {}
     run: dict[str, dict[str, float]] = {}
@@ -325,7 +370,19 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
         contexts = ["\n".join(t) for t in texts]  # word pieces, untruncated, no [CLS]/[SEP]
         for r, ctx, n in zip(rows, contexts, count_tokens(contexts)):
             r["context_tokens"] = max(n - 2, 0) if ctx else 0
+    return Collected(rows=rows, per_query_metrics=per_query_metrics, run=run,
+                     chunk_run=chunk_run, timings=timings, unanswered=unanswered,
+                     filtered=filtered)
 
+
+def aggregate(got: Collected, golden: GoldenSet, *, use_expected_types: bool = False,
+              gate_thresholds: Sequence[float] = ()) -> dict[str, float]:
+    """The row's metrics from the per-query measurements: means over positives (per tag
+    too), the returned-half rates, latency percentiles and stage counts (the module's and
+    :func:`evaluate`'s docstrings define each); the abstention calibration is added by
+    :func:`evaluate`."""
+    rows, per_query_metrics, timings = got.rows, got.per_query_metrics, got.timings
+    unanswered, filtered = got.unanswered, got.filtered
     metrics: dict[str, float] = {}
     pos_ids = [q.id for q in golden.positives]
     metrics.update(mean_metrics(per_query_metrics, pos_ids))
@@ -380,12 +437,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
         name = "latency" if stage == "total" else f"latency_{stage}"
         metrics[f"{name}_p50_ms"] = percentile(vals, 50)
         metrics[f"{name}_p95_ms"] = percentile(vals, 95)
-    bands = bool(getattr(retriever, "bands_on_top_dense", False))
-    cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
-                               target_dropped=target_dropped, bands_on_top_dense=bands)
-    metrics.update(calibration_metrics(cal))
-    return EvalResult(metrics=metrics, per_query=rows, calibration=cal, run=run,
-                      chunk_run=chunk_run)
+    return metrics
 
 
 def calibration_metrics(cal: dict[str, Any]) -> dict[str, float]:
