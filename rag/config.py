@@ -940,6 +940,17 @@ def check_override_keys(args: list[str]) -> None:
         raise _unknown_key_error(key, known)
 
 
+def _embedder_kind(value: str) -> None:
+    from rag.index.embedders import kind_of
+
+    kind_of(value)
+
+
+#: string keys whose values a registry (not an enum of the schema) holds: key -> a check that
+#: raises ValueError naming the registered values; each value of a choice sweep is checked
+REGISTRY_KEYS = {"embedder.kind": _embedder_kind}
+
+
 def check_override_values(args: list[str]) -> None:
     """Refuse, before Hydra runs, a command-line override whose value the schema cannot take
     (``search.top_k=many``), a config group option that does not exist (``corpus=nosuch``,
@@ -995,6 +1006,8 @@ def check_override_values(args: list[str]) -> None:
                     raise ValueError(f"{key}={value}: no such {key} config (conf/{key}/: "
                                      f"{', '.join(options)})")
                 continue
+            if key in REGISTRY_KEYS:
+                REGISTRY_KEYS[key](str(value))
             try:
                 OmegaConf.update(schema, key, value, merge=True)
             except OmegaConfBaseException as exc:

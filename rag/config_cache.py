@@ -58,7 +58,12 @@ def composition_key(conf_dir: Path, overrides: list[str]) -> str:
         "hydra": importlib.metadata.version("hydra-core"),
         "omegaconf": importlib.metadata.version("omegaconf"),
     }, sort_keys=True).encode())
-    h.update(Path(rag.config.__file__).read_bytes())
+    import rag.core.http_contract
+    import rag.search.rerank_settings
+
+    # the schema: rag/config.py and the modules holding the dataclasses it is built from
+    for module in (rag.config, rag.core.http_contract, rag.search.rerank_settings):
+        h.update(Path(module.__file__).read_bytes())
     for f in sorted(p for p in conf_dir.rglob("*") if p.is_file()):
         h.update(b"\0" + str(f.relative_to(conf_dir)).encode() + b"\0")
         h.update(f.read_bytes())

@@ -46,7 +46,7 @@ EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
 
 # which direction is better and which per-query column a row metric is the mean of are
-# declared once, in rag/eval/measures.py
+# declared once, in rag/eval/measures/
 # verdicts of one check
 REGRESSION, IMPROVEMENT = "regression", "improvement"
 DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"

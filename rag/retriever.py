@@ -270,7 +270,7 @@ class HttpRetriever:
         request: the JSON body template; see :func:`fill_template` and :data:`PLACEHOLDERS`
             (``{depth}``: eval.depth, distinct paths wanted; ``{types}``: the query's type
             filter, a list, its key left out when there is none).
-        response: dotted paths into the answer (:class:`rag.config.HttpResponseMapping`, as a
+        response: dotted paths into the answer (:class:`rag.core.http_contract.HttpResponseMapping`, as a
             dict; missing keys take its defaults). Without ``ranked`` in an answer, its hits
             are the ranking (an abstaining service then ranks nothing for that query).
         timeout_s: per request; a timeout is not retried.

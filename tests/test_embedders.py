@@ -52,3 +52,12 @@ def test_each_kind_checks_its_own_settings():
         check_encoder_settings(e)
     e.kind, e.max_seq_length = "model2vec", 100000
     check_encoder_settings(e)
+
+
+def test_a_kind_on_the_command_line_is_checked_before_hydra_runs_every_sweep_value_too():
+    from rag.config import check_override_values
+
+    check_override_values(["embedder.kind=model2vec"])
+    for args in (["embedder.kind=nonsense"], ["-m", "embedder.kind=sentence_transformers,nope"]):
+        with pytest.raises(ValueError, match="not a registered embedder kind"):
+            check_override_values(args)

@@ -371,8 +371,8 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     from rag.ledger.suite_tables import reference_figures, render_suite_tables, suite_tables
 
     (tmp_path / "reference.csv").write_text(
-        "repo,language,queries,published_x,semble_local\n"
-        "r1,go,20,0.5,0.25\nr2,go,30,0.7,1.0\n", encoding="utf-8")
+        "repo,language,queries,published_x,semble_local,published_auto\n"
+        "r1,go,20,0.5,0.25,0.9\nr2,go,30,0.7,1.0,\n", encoding="utf-8")
 
     def row(repo, job, value, run):
         return SimpleNamespace(run_id=run, experiment="rag-semble", tags={
@@ -383,8 +383,12 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     rows = [row("r1", "system=a", 0.2, "1"), row("r2", "system=a", 0.4, "2")]
     ref = reference_figures(rows)
     # queries (20, 30) are numbers but not in [0, 1]: not a figure
-    assert ref == {"published_x": {"r1": 0.5, "r2": 0.7}, "semble_local": {"r1": 0.25, "r2": 1.0}}
+    # an empty cell is no figure for that repository, not the end of the column
+    assert ref == {"published_x": {"r1": 0.5, "r2": 0.7}, "semble_local": {"r1": 0.25, "r2": 1.0},
+                   "published_auto": {"r1": 0.9}}
     lines = render_suite_tables(suite_tables(rows, reference=ref))
-    assert "| r1 | go | 0.200 | 0.500 | 0.250 |" in lines
-    assert "| **macro** | | 0.300 | 0.600 | 0.625 |" in lines
+    assert "| r1 | go | 0.200 | 0.500 | 0.250 | 0.900 |" in lines
+    assert "| r2 | go | 0.400 | 0.700 | 1.000 | — |" in lines
+    # a mean over part of the repositories would mislead: none
+    assert "| **macro** | | 0.300 | 0.600 | 0.625 | — |" in lines
     assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}

@@ -113,7 +113,7 @@ def configuration_page() -> str:
                            ("embedder kinds (`rag/index/embedders/`, one module each)",
                             "embedder.kind", kinds()),
                            ("measures (`rag/eval/measures/`; a name ending `_at_` is a family "
-                            "`<name><k>`)", "metrics on every row",
+                            "`<name><k>`)", "(metrics)",
                             [m.name for m in registered()])]:
         lines.append(f"| {name} | `{key}` | " + ", ".join(f"`{k}`" for k in reg) + " |")
     lines += ["", "## Config groups", "", "Options of each group under `conf/` "

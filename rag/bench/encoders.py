@@ -4,7 +4,7 @@ side on the same chunks, as throughput and as achieved GFLOP/s against the CPU's
 The chunks are the default corpus's first ``sample`` chunks of at least ``min_tokens`` word
 pieces (so each is cut at ``max_seq_length``: the cost of a full window), taken from a
 BM25-only build (nothing is embedded to find them). Each variant is one
-:func:`rag.stages.encoder` (``embedder.backend`` x ``embedder.dtype``), warmed up on one
+:func:`rag.index.embedders.sentence_transformers.encoder` (``embedder.backend`` x ``embedder.dtype``), warmed up on one
 batch, then timed over ``reps`` passes of the whole sample; passes of the variants alternate
 so a change of machine load hits them alike. FLOPs are :meth:`rag.index.cpu.EncoderShape.flops`
 of each chunk's word pieces after truncation; the peak is :meth:`rag.index.cpu.CpuInfo.peak_gflops`

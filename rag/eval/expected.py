@@ -36,7 +36,7 @@ EXPECTED_FILE = "expected.yaml"
 # the pinned per-query table written beside it
 PER_QUERY_FILE = "expected_per_query.csv"
 # the per_query.csv columns pinned (besides the per-query metric columns declared pinned in
-# rag/eval/measures.py: mrr, recall_at_<k>, ndcg_at_<k>, hit_at_<k>, judged_at_<k>)
+# rag/eval/measures/: mrr, recall_at_<k>, ndcg_at_<k>, hit_at_<k>, judged_at_<k>)
 PINNED_COLUMNS = ("query_id", "kind", "tags", "route", "returned_as", "lost_at", "found_by",
                   "first_relevant_rank", "supported", "answer_support", "false_weak",
                   "candidate_hit", "abstained")
@@ -167,7 +167,7 @@ def render_expected(*, corpus: str, condition: str, overrides: list[str], golden
 
 def pin_per_query(csv_text: str) -> str:
     """A row's per_query.csv restricted to :data:`PINNED_COLUMNS` and the per-query metric
-    columns (declared ``pinned`` in rag/eval/measures.py), rows and values unchanged — what an
+    columns (declared ``pinned`` in rag/eval/measures/), rows and values unchanged — what an
     expectation pins for ``rag gate``'s paired test.
 
     Raises:

@@ -129,7 +129,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -141,6 +143,10 @@ import yaml
 #: keys of a candidate that queries.yaml does not take (dropped when a candidate moves there)
 PER_SOURCE_KEYS = ("commit", "subject", "date", "kind", "leakage", "leakage_masked", "url",
                    "prs")
+#: seconds one git command may take
+GIT_TIMEOUT_S = 300
+
+
 class MiningError(ValueError):
     """Bad input for ``rag golden mine``: printed as one ``error:`` line, exit 2."""
 
@@ -169,8 +175,8 @@ _GENERIC_WORDS = frozenset("""
 _VERSION_BUMP = re.compile(
     r"^\s*(v?\d+(\.\d+)+\S*\s*$|(bump|release|prepare|preparing|releasing)\b.*\d|"
     r"(version|release)\s+v?\d+(\.\d+)+)", re.I)
-CONVENTIONAL_PREFIX = re.compile(r"^(feat|fix|chore|docs|refactor|perf|test|tests|build|ci|style|"
-                           r"revert)(\([^)]*\))?!?:\s*", re.I)
+CONVENTIONAL_PREFIX = re.compile(r"^(feat|fix|chore|docs|refactor|perf|test|tests|build|ci|"
+                                 r"style|revert)(\([^)]*\))?!?:\s*", re.I)
 
 
 def is_generic(text: str, min_words: int = 3) -> bool:
@@ -183,6 +189,26 @@ def is_generic(text: str, min_words: int = 3) -> bool:
     if all(w in _GENERIC_WORDS for w in words):
         return True
     return bool(_VERSION_BUMP.match(text))
+
+
+# git, for the miners that read a repository's history
+_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+                 "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+                 "GIT_PREFIX")
+
+def run_git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        p = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=cwd, env=env,
+                           capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise MiningError(f"git {args[0]}: {exc}") from None
+    if p.returncode != 0:
+        msg = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise MiningError(f"git {' '.join(args[:2])} failed in {cwd}: "
+                          f"{msg[-1] if msg else 'exit ' + str(p.returncode)}")
+    return p.stdout.decode("utf-8", "replace")
 
 
 def safe_id(prefix: str, text: str, seen: set[str]) -> str:

@@ -65,8 +65,9 @@ def _weighted(pairs: Sequence[tuple[float, float]]) -> float | None:
 
 def reference_figures(rows: Sequence[Any]) -> dict[str, dict[str, float]]:
     """``{column: {repo: value}}`` from ``reference.csv`` in the rows' ``dataset_path`` (the
-    first row's that has one), the columns whose every value is a number in [0, 1]; {} when
-    there is no such file or it cannot be read as CSV with a ``repo`` column."""
+    first row's that has one), the columns whose every non-empty value is a number in [0, 1]
+    (an empty cell: no figure for that repository); {} when there is no such file or it cannot
+    be read as CSV with a ``repo`` column."""
     import csv
     from pathlib import Path
 
@@ -83,8 +84,10 @@ def reference_figures(rows: Sequence[Any]) -> dict[str, dict[str, float]]:
         return {}
     out: dict[str, dict[str, float]] = {}
     for col in table[0]:
-        try:
-            values = {r["repo"]: float(r[col]) for r in table}
+        if col == "repo":
+            continue
+        try:  # an empty cell: no figure for that repository (shown as —)
+            values = {r["repo"]: float(r[col]) for r in table if (r[col] or "").strip()}
         except (TypeError, ValueError):
             continue
         if values and all(0.0 <= v <= 1.0 for v in values.values()):

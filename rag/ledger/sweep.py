@@ -40,7 +40,7 @@ SWEEP_FILE = "sweep.json"
 
 def significance_columns(df: pd.DataFrame) -> tuple[str, ...]:
     """The per-query metric columns of a per_query table that are tested against a baseline
-    (declared ``significance`` in rag/eval/measures.py): ``mrr`` and ``answer_support`` first,
+    (declared ``significance`` in rag/eval/measures/): ``mrr`` and ``answer_support`` first,
     then the cut-off families by name and k (``ndcg_at_*``, ``recall_at_*``,
     ``semble_ndcg_at_*``)."""
     from rag.eval.measures import significance_metric

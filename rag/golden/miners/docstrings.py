@@ -21,6 +21,7 @@ NOUN = "documented symbols"
 #: every skip reason (each counted, 0 too)
 SKIPS = ("short_summary", "duplicate_summary", "over_max")
 
+
 def docstring_summary(doc: str) -> str:
     """The summary of a cleaned docstring: the first sentence (up to ``.``, ``!`` or ``?``
     followed by a space) of its first paragraph, lines joined by single spaces."""

@@ -4,15 +4,13 @@ candidates format are in rag/golden/mining.py's docstring."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from rag.golden.mining import CONVENTIONAL_PREFIX, MineResult, MiningError, chunks_of, is_generic, safe_id, walk_documents
+from rag.golden.mining import CONVENTIONAL_PREFIX, MineResult, MiningError, chunks_of, is_generic, run_git, safe_id, walk_documents
 
 #: ``rag golden mine --from git``
 SOURCE = "git"
@@ -22,31 +20,12 @@ TAG = "mined_git"
 NOUN = "commits"
 #: every skip reason (each counted, 0 too)
 SKIPS = ("merge", "revert", "generic_subject", "no_indexable_file", "too_large",
-             "no_line_change", "whitespace_only", "changed_since", "no_label")
+         "no_line_change", "whitespace_only", "changed_since", "no_label")
 SYMBOL_LABEL_KINDS = frozenset({"function", "class", "method", "section"})
-GIT_TIMEOUT_S = 300
 
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-                 "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
-                 "GIT_PREFIX")
 _DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
               "--dst-prefix=b/", "-M")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def run_git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    try:
-        p = subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=cwd, env=env,
-                           capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise MiningError(f"git {args[0]}: {exc}") from None
-    if p.returncode != 0:
-        msg = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise MiningError(f"git {' '.join(args[:2])} failed in {cwd}: "
-                          f"{msg[-1] if msg else 'exit ' + str(p.returncode)}")
-    return p.stdout.decode("utf-8", "replace")
 
 
 def _unquote(name: str) -> str:

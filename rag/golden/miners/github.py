@@ -9,8 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from rag.golden.miners.git import run_git
-from rag.golden.mining import MineResult, MiningError, is_generic, safe_id, walk_documents
+from rag.golden.mining import MineResult, MiningError, is_generic, run_git, safe_id, walk_documents
 
 #: ``rag golden mine --from github``
 SOURCE = "github"
@@ -20,7 +19,7 @@ TAG = "mined_github"
 NOUN = "issues and PRs"
 #: every skip reason (each counted, 0 too)
 SKIPS = ("not_merged", "issue_without_pr", "generic_title", "no_indexable_file",
-                "too_large", "over_max")
+         "too_large", "over_max")
 
 _CLOSES = re.compile(
     r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b\s*:?\s+"

@@ -4,8 +4,8 @@ A kind's module defines:
 
 * ``KIND``: its name in ``embedder.kind``;
 * ``load(e, *, cache_dir: Path) -> Embedder``: the embedder the ``embedder`` config node ``e``
-  describes (rag/index/dense.py ``Embedder``: ``model_id``, ``dim``, ``embed_documents``,
-  ``embed_queries``); raises :class:`rag.errors.RunError` when a package it needs is missing
+  describes (the Protocol :class:`rag.index.dense.Embedder`: ``model_id``, ``dim``,
+  ``max_seq_length``, ``embed(texts) -> float32 (n, dim)``, ``count_tokens(texts)``); raises :class:`rag.errors.RunError` when a package it needs is missing
   and :class:`rag.index.dense.ModelNotFoundError` when the model is;
 * ``check(e) -> None``: refuse settings this kind cannot run (ValueError naming the key),
   before anything is loaded;
@@ -13,8 +13,9 @@ A kind's module defines:
   against its ``max_position_embeddings``).
 
 A new backend (an OpenAI-compatible HTTP embedder, say) is one file here plus its test:
-:func:`kinds` imports every module of the folder, the schema validates ``embedder.kind``
-against it and the configuration reference lists it.
+:func:`kinds` imports every module of the folder, ``embedder.kind`` is checked against it
+(on the command line before Hydra runs, every value of a sweep too; in ``validate`` after
+composition) and the configuration reference lists it.
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ def kinds() -> dict[str, ModuleType]:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
         kind = getattr(module, "KIND", None)
-        if not isinstance(kind, str) or not callable(getattr(module, "load", None)):
-            raise ValueError(f"{module.__name__}: an embedder module defines KIND (a str) and "
-                             "load(e, *, cache_dir)")
+        missing = [n for n in ("KIND", "USES_POSITIONS", "check", "load")
+                   if not hasattr(module, n)]
+        if missing or not isinstance(kind, str):
+            raise ValueError(f"{module.__name__}: an embedder module defines KIND (a str), "
+                             "USES_POSITIONS, check(e) and load(e, *, cache_dir) (missing: "
+                             f"{', '.join(missing) or 'KIND is not a str'})")
         if kind in out:
             raise ValueError(f"embedder.kind {kind!r} is defined twice: in {out[kind].__name__} "
                              f"and {module.__name__}")

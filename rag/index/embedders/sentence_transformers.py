@@ -96,3 +96,5 @@ def encoder(e: Any, *, backend: str, dtype: str, cache_dir: Path, role: str) -> 
         raise RunError(f"embedder.{'query_' if role == 'query' else ''}backend=onnx needs "
                        "onnxruntime and tokenizers (and, to export the model once, torch and "
                        f"onnx): {exc}") from exc
+    except ValueError as exc:  # dtype int8 with an onnx_path other than export
+        raise RunError(str(exc)) from exc
