@@ -16,13 +16,16 @@ import pytest
 
 from conftest import write_tree
 from test_datasets import _no_rows
+from rag.datasets.semble import default_root
 from rag.peers import PeerUnavailable
 from rag.peers.ripgrep_retriever import RipgrepRetriever, parse_counts
 from rag.peers.semble_retriever import DEFAULT_PYTHON, WORKER, SembleRetriever
 
 PROJECT = Path(__file__).resolve().parents[1]
 SEMBLE_PY = PROJECT / DEFAULT_PYTHON
-SHARED = PROJECT.parent / "shared" / "data" / "semble"
+# the shared copy of semble's benchmark, found as dataset=semble finds it (beside the project,
+# or beside the checkout a clone was made from): a fresh clone elsewhere runs the reproduction
+SHARED = default_root() or PROJECT.parent / "shared" / "data" / "semble"
 needs_rg = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) not installed")
 needs_semble = pytest.mark.skipif(not SEMBLE_PY.is_file(),
                                   reason=f"semble 0.7.0 not installed ({DEFAULT_PYTHON}: make peers)")
