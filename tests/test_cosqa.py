@@ -124,7 +124,16 @@ def test_run_job_passes_eval_ties_to_the_evaluator(tmp_path, compose, embedder, 
     assert metrics["mrr"] == pytest.approx((1 + 1 / 2 + 0 + 1 / 2) / 4)
 
 
-COSQA = PROJECT.parent / "shared" / "data" / "cosqa"
+def _shared_data():
+    """../shared/data, found as dataset=semble finds its copy (beside the project, or beside
+    the checkout a clone was made from)."""
+    from rag.datasets.semble import default_root
+
+    root = default_root()
+    return root.parent if root is not None else PROJECT.parent / "shared" / "data"
+
+
+COSQA = _shared_data() / "cosqa"
 
 
 @pytest.mark.integration
