@@ -81,7 +81,7 @@ docs: $(TSTAMP)
 # started and stopped by the test on a unix socket of its own); no main cluster is created,
 # nothing is started; without it that test is skipped
 # Debian's chromium: headless screenshots of the MLflow UI (`rag ledger screenshots`,
-# tests/test_ledger_screenshots.py); without it that test is skipped
+# tests/ledger/test_ledger_screenshots.py); without it that test is skipped
 sysdeps:
 	@command -v rg >/dev/null 2>&1 || apt-get install -y -q ripgrep >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ripgrep >/dev/null 2>&1) \
@@ -95,11 +95,11 @@ sysdeps:
 	            > /etc/postgresql-common/createcluster.d/rag-no-main-cluster.conf; } 2>/dev/null; \
 	       apt-get install -y -q postgresql >/dev/null 2>&1 \
 	       || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q postgresql >/dev/null 2>&1); } \
-	  || echo "note: postgresql not installed (apt-get unavailable or not root): tests/test_team_ledger.py's PostgreSQL test is skipped; install Debian's postgresql by hand to run it"
+	  || echo "note: postgresql not installed (apt-get unavailable or not root): tests/ledger/test_team_ledger.py's PostgreSQL test is skipped; install Debian's postgresql by hand to run it"
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
 	  || apt-get install -y -q chromium >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1) \
-	  || echo "note: chromium not installed (apt-get unavailable or not root): rag ledger screenshots cannot run and tests/test_ledger_screenshots.py is skipped; install Debian's chromium by hand to use it"
+	  || echo "note: chromium not installed (apt-get unavailable or not root): rag ledger screenshots cannot run and tests/ledger/test_ledger_screenshots.py is skipped; install Debian's chromium by hand to use it"
 
 test: $(TSTAMP) sysdeps peers
 	$(PY) -m pytest

@@ -1,5 +1,5 @@
 """``python -m rag`` is the ``rag`` command."""
 
-from rag.cli import main
+from rag.app.cli import main
 
 raise SystemExit(main())

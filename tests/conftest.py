@@ -145,7 +145,7 @@ def compose():
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from rag.config import register_configs
+    from rag.app.config import register_configs
 
     register_configs()
 
@@ -204,3 +204,11 @@ def post_json(url: str, body: dict) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())
+
+
+def ledger_is_empty(db: Path) -> bool:
+    """Whether the SQLite MLflow store ``db`` holds no run (a refused run wrote no ledger row)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        return con.execute("select count(*) from runs").fetchone()[0] == 0

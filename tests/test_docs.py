@@ -25,7 +25,7 @@ def test_the_site_builds_strict_and_documents_every_config_key(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "WARNING" not in out.stderr, out.stderr[-3000:]
     page = (tmp_path / "site" / "reference" / "configuration" / "index.html").read_text()
-    from rag.config import schema_keys
+    from rag.app.config import schema_keys
 
     keys = schema_keys()
     leaves = {k for k in keys if not any(o.startswith(k + ".") for o in keys)}

@@ -1,6 +1,6 @@
 """mkdocs hook: pages generated at build time, so they cannot drift from the code.
 
-* ``reference/configuration.md`` — every key of the configuration schema (rag/config.py
+* ``reference/configuration.md`` — every key of the configuration schema (rag/app/config.py
   ``RagConfig``): its type, default and the comment written above it in the schema, group by
   group; then the registries a key's value is looked up in (retrievers, dataset readers,
   channels, tokenizers, headers, chunkers) and the config-group options under ``conf/``.
@@ -78,10 +78,10 @@ def _rows(obj: object, prefix: str) -> list[str]:
 
 def configuration_page() -> str:
     """The configuration reference, generated from the schema and the registries."""
-    from rag import config as schema
+    from rag.app import config as schema
 
     lines = ["# Configuration reference", "",
-             "Generated from the schema (`rag/config.py`) and the registries when the site is "
+             "Generated from the schema (`rag/app/config.py`) and the registries when the site is "
              "built: every key is a Hydra override (`python -m rag.run group.key=value`); an "
              "unknown key is refused before anything runs.", ""]
     for group in dataclasses.fields(schema.RagConfig):
@@ -101,10 +101,10 @@ def configuration_page() -> str:
     from rag.index.build import HEADERS
     from rag.index.embedders import kinds
     from rag.index.tokenize import TOKENIZERS
-    from rag.retriever import RETRIEVERS
+    from rag.eval.retriever import RETRIEVERS
     from rag.search.channels import CHANNELS
 
-    for name, key, reg in [("retrievers (`rag/retriever.py`)", "retriever.kind", RETRIEVERS),
+    for name, key, reg in [("retrievers (`rag/eval/retriever.py`)", "retriever.kind", RETRIEVERS),
                            ("dataset readers (`rag/datasets/common.py`)", "dataset.format", READERS),
                            ("channels (`rag/search/channels.py`)", "search.fuse", CHANNELS),
                            ("BM25 tokenizers (`rag/index/tokenize.py`)", "bm25.tokenizer", TOKENIZERS),

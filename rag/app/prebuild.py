@@ -14,12 +14,12 @@ parent run as ``sweep/chunks_embedded``.
 
 Two indexes are "distinct" here when their on-disk caches differ: the ``corpus`` subtree (walk
 rules, chunker, windows), ``index`` (the header embedded with each chunk), whether the run
-embeds at all (:func:`rag.config.needs_dense`), the embedder (when it does), the corpus root
+embeds at all (:func:`rag.app.config.needs_dense`), the embedder (when it does), the corpus root
 and ``paths.cache_dir``. BM25 settings and the ANN are in-memory only and are left to the jobs.
 
 Under the basic launcher the jobs run in this process, so the prebuild uses the process-wide
-:data:`rag.stages.STAGES`: the first job of each index reuses it in memory. Under any other
-launcher it uses a throw-away :class:`rag.stages.StageCache` (one model load) and keeps no
+:data:`rag.app.stages.STAGES`: the first job of each index reuses it in memory. Under any other
+launcher it uses a throw-away :class:`rag.app.stages.StageCache` (one model load) and keeps no
 index in the driver's memory.
 
 The prebuild is best effort: a job config that fails validation, whose corpus cannot be had,
@@ -111,8 +111,8 @@ def sweep_job_configs(config: Any) -> list[tuple[list[str], Any]]:
 
 def disk_key(cfg: Any, root: Any, dense: bool) -> str:
     """What decides the on-disk caches an index reads (see the module docstring)."""
-    from rag.config import expand_path
-    from rag.stages import stage_key
+    from rag.app.config import expand_path
+    from rag.app.stages import stage_key
 
     return stage_key("prebuild", corpus=cfg.corpus, index=cfg.index, dense=dense,
                      embedder=cfg.embedder if dense else None, root=str(root),
@@ -126,16 +126,16 @@ def prebuild_indexes(jobs: list[tuple[list[str], Any]], *, stages: Any = None,
 
     Args:
         jobs: ``(overrides, composed config)`` per job (:func:`sweep_job_configs`).
-        stages: the :class:`rag.stages.StageCache` that loads embedders (and, with ``keep``,
+        stages: the :class:`rag.app.stages.StageCache` that loads embedders (and, with ``keep``,
             keeps the built indexes for jobs in this process); default a fresh one.
         keep: build through ``stages.index`` so that jobs run in this process reuse the
             index in memory (the basic launcher); else build and drop it.
         progress: draw tqdm bars (the caller passes ``sys.stderr.isatty()``).
         log: where skip notes go (default: stderr).
     """
-    from rag.config import needs_dense, validate
-    from rag.run import run_inputs
-    from rag.stages import StageCache, build_corpus_index
+    from rag.app.config import needs_dense, validate
+    from rag.app.run import run_inputs
+    from rag.app.stages import StageCache, build_corpus_index
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     stages = StageCache() if stages is None else stages
@@ -174,7 +174,7 @@ def prebuild_indexes(jobs: list[tuple[list[str], Any]], *, stages: Any = None,
 def prebuild_sweep(config: Any) -> Prebuild:
     """Prebuild the indexes of the multirun whose base config is ``config`` (called on the
     driver by :meth:`rag.app.sweep_callback.SweepCallback.on_multirun_start`)."""
-    from rag.stages import STAGES
+    from rag.app.stages import STAGES
 
     in_process = str(config.hydra.launcher.get("_target_")) == BASIC_LAUNCHER
     # progress bars only on a terminal, as in the jobs: `python -m rag.run +sweep=... 2> log`

@@ -94,7 +94,7 @@ def pin_job_paths(cfg: DictConfig) -> dict[str, str]:
     Returns:
         key -> pinned value.
     """
-    from rag.config import expand_path, ledger_uri
+    from rag.app.config import expand_path, ledger_uri
 
     pinned = {"paths.cache_dir": str(expand_path(cfg.paths.cache_dir)),
               "paths.output_dir": str(expand_path(cfg.paths.output_dir))}

@@ -33,7 +33,7 @@ def suite_corpora(config: Any) -> dict[str, str]:
     """
     from omegaconf import OmegaConf
 
-    from rag.config import CorpusConfig, project_root
+    from rag.app.config import CorpusConfig, project_root
 
     dirs = [Path(str(src.path)) for src in config.hydra.runtime.get("config_sources", [])
             if str(src.schema) == "file"] or [project_root() / "conf"]
@@ -83,7 +83,7 @@ def check_repository_suite(config: Any) -> None:
     """
     if str(getattr(config.dataset.format, "value", config.dataset.format)) != "semble":
         return
-    from rag.config import semble_repos
+    from rag.app.config import semble_repos
     from rag.core.paths import expand_path
     from rag.datasets.common import DatasetError
     from rag.datasets.semble import default_root, prepare_semble
@@ -114,7 +114,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         self.prebuild = prebuild
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from rag.config import sweep_name
+        from rag.app.config import sweep_name
 
         check_repository_suite(config)  # a bad dataset: one line, exit 2, no parent run
 
@@ -158,7 +158,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
     def _open_sweep(self, config: Any, name: str) -> None:
         import atexit
 
-        from rag.config import experiment_name, ledger_uri, output_path, register_configs
+        from rag.app.config import experiment_name, ledger_uri, output_path, register_configs
         from rag.ledger.mlflow_store import Ledger
 
         register_configs()
@@ -167,7 +167,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         uri = ledger_uri(config)
         ledger = Ledger(uri, output_path(config, t.artifact_root))
         # one experiment per corpus: the run's own, or every corpus of a suite (a semble
-        # suite's repositories share one experiment: rag.config.experiment_name)
+        # suite's repositories share one experiment: rag.app.config.experiment_name)
         corpora = list(suite_corpora(config).values())
         names = ({c: f"{t.experiment_prefix}-{c}" for c in corpora} if corpora
                  else {experiment_name(config): experiment_name(config)})
@@ -256,10 +256,10 @@ class SweepCallback(Callback):  # type: ignore[misc]
         if self._open is None:
             return
         uri, parents, sweep_id, exps = self._open
-        from rag.config import output_path
+        from rag.app.config import output_path
         from rag.ledger.mlflow_store import Ledger
         from rag.ledger.report import LedgerRow
-        from rag.report import write_report
+        from rag.app.report import write_report
 
         t = config.tracking
         ledger = Ledger(uri, output_path(config, t.artifact_root))

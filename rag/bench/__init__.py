@@ -28,7 +28,7 @@ minute, because absolute times on a shared machine drift:
     wall time and chunks embedded, each from a cold cache (:mod:`rag.bench.launchers`).
 
 Every figure is the median of repeated measurements with their min and max. Runs of
-``rag.run`` log into a temporary MLflow store, never the project's ledger. Nothing here is
+``rag.app.run`` log into a temporary MLflow store, never the project's ledger. Nothing here is
 asserted by a test: speed goals are checked in the report's "Targets" table.
 """
 
@@ -131,11 +131,11 @@ def load_context(overrides: list[str]) -> Context:
     Raises:
         SystemExit: a bad override or a user-facing run error (``error: ...``).
     """
-    from rag.config import expand_path, project_root, validate
+    from rag.app.config import expand_path, project_root, validate
     from rag.eval.golden import GoldenError, load_golden
     from rag.corpus.fetch import corpus_root
-    from rag.stages import STAGES
-    from rag.search_cli import cli_error, compose_config
+    from rag.app.stages import STAGES
+    from rag.app.search_cli import cli_error, compose_config
 
     try:
         cfg = compose_config(overrides)
@@ -326,7 +326,7 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
                                          exact_queries=prof.ann_exact_queries))
     if {"dtype", "launchers"} & set(sections) and cfg is None:
         from rag.corpus.fetch import corpus_root
-        from rag.search_cli import cli_error, compose_config
+        from rag.app.search_cli import cli_error, compose_config
 
         try:
             cfg = compose_config(overrides)
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)
     from rag.bench.measure import cpu_pressure, load_average, progress
     from rag.bench.render import render
-    from rag.config import expand_path
+    from rag.app.config import expand_path
 
     prof = _profile(args)
     t0 = time.perf_counter()

@@ -36,9 +36,9 @@ def bench_cold_search(overrides: Sequence[str], scratch: Path, *, reps: int,
     Raises:
         rag.bench.measure.ChildFailed: a search exited non-zero.
     """
-    base = [sys.executable, "-m", "rag.cli", "search", query, *overrides]
+    base = [sys.executable, "-m", "rag", "search", query, *overrides]
     progress("cli: building the index once (untimed)")
-    run_child([sys.executable, "-m", "rag.cli", "index", *overrides],
+    run_child([sys.executable, "-m", "rag", "index", *overrides],
               log=scratch / "logs" / "cli-index.log")
     out: dict = {"query": query, "reps": reps, "goal_s": GOAL_S}
     walls: dict[str, list[float]] = {k: [] for k in ENCODERS}

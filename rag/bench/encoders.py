@@ -31,7 +31,7 @@ def sample_texts(cfg: Any, root: Any, embedder: Any, *, sample: int,
                  min_tokens: int) -> list[str]:
     """The first ``sample`` indexed chunk texts (in chunk-id order) of at least ``min_tokens``
     word pieces, else the longest ``sample``."""
-    from rag.stages import STAGES
+    from rag.app.stages import STAGES
 
     index = STAGES.index(cfg, root, embedder, progress=False, with_dense=False)
     from rag.index.build import indexed_texts
@@ -55,7 +55,7 @@ def bench_encoders(cfg: Any, root: Any, *, sample: int, reps: int,
         GFLOP/s, "peak_share": gflops / peak, "ratio_vs_fp32_torch": median time ratio
         (variant / reference; < 1 is faster), "cosine_mean", "cosine_min"} | {"refused": why}}}``.
     """
-    from rag.config import expand_path
+    from rag.app.config import expand_path
     from rag.index.cpu import EncoderShape, UnsupportedDtypeError, check_dtype, cpu_info
     from rag.index.dense import resolve_model_path
     from rag.index.embedders.sentence_transformers import encoder

@@ -35,7 +35,7 @@ def bench_build(cfg, root: Path, embedder, chunks: Sequence, *, reps: int, embed
         chunks: the corpus's chunks (the embedding sample is drawn from them).
         embed_sample: chunks embedded per measurement.
     """
-    from rag.config import expand_path
+    from rag.app.config import expand_path
     from rag.index.build import build_index
     from rag.index.dense import EmbeddingCache, embed_with_cache
 

@@ -39,8 +39,8 @@ def available_rerankers(overrides: Sequence[str], embedder) -> dict:
     """``{label: (cfg, reranker) | reason string}`` for ``late_interaction`` and, when the
     config group exists, ``cross_encoder`` (only an already-trained model: built with
     ``train_if_missing=False``; anything else is reported as unavailable, with the reason)."""
-    from rag.config import expand_path, project_root
-    from rag.search_cli import compose_config
+    from rag.app.config import expand_path, project_root
+    from rag.app.search_cli import compose_config
 
     out: dict = {}
     for kind in ("late_interaction", "cross_encoder"):
@@ -49,7 +49,7 @@ def available_rerankers(overrides: Sequence[str], embedder) -> dict:
         try:
             cfg = compose_config([*overrides, f"rerank={kind}"])
             if kind == "late_interaction":
-                from rag.stages import STAGES
+                from rag.app.stages import STAGES
 
                 out[kind] = (cfg, STAGES.reranker(cfg, embedder))
             else:

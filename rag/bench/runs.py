@@ -56,7 +56,7 @@ def rag_run(args: Sequence[str], *, scratch: Path, label: str) -> ChildRun:
 
 
 def chunks_embedded(run: ChildRun) -> int | None:
-    """The "chunks embedded: N" that rag.run printed (summed over a sweep's jobs)."""
+    """The "chunks embedded: N" that rag.app.run printed (summed over a sweep's jobs)."""
     found = re.findall(r"chunks embedded: (\d+)", run.log.read_text(errors="replace"))
     return sum(int(x) for x in found) if found else None
 
@@ -122,7 +122,7 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
 def cold_cache(cfg, embedder, target: Path, *, keep_embeddings: bool) -> str:
     """Make ``target`` a cache directory holding only the fetched corpus (and, with
     ``keep_embeddings``, a copy of the embedder's embedding cache). Returns a description."""
-    from rag.config import expand_path
+    from rag.app.config import expand_path
     from rag.index.dense import _safe_name
 
     src = expand_path(cfg.paths.cache_dir)

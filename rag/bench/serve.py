@@ -1,7 +1,7 @@
 """Benchmark section 7: the HTTP service over loopback.
 
 At least 2,000 POST /search requests (fewer under ``--quick``), ``concurrency`` at a time (client
-threads, default 8), to a ``rag serve`` started here on 127.0.0.1 (:mod:`rag.serve.process`),
+threads, default 8), to a ``rag serve`` started here on 127.0.0.1 (:mod:`rag.app.serve.process`),
 with p50/p95/p99, errors and throughput next to the in-process search latency of the same
 queries (one at a time, ``SearchPipeline.search``). Each server variant is started, warmed up
 with one request per client thread, measured and stopped in turn: ``batched`` (the service's
@@ -79,7 +79,7 @@ def _cpu_seconds(pid: int) -> float | None:
 
 def _run_variant(queries: list[str], options: list[str], *, requests: int, concurrency: int,
                  overrides: list[str], scratch: Path, label: str) -> dict:
-    from rag.serve import process
+    from rag.app.serve import process
 
     log_path = scratch / f"serve-{label}.log"
     proc, base = process.start(overrides, options=options, log_path=log_path)
@@ -122,7 +122,7 @@ def bench_serve(queries: list[str], *, requests: int, concurrency: int,
         ``throughput_rps`` and ratio at the top level.
     """
     from rag.search.pipeline import SearchOptions, SearchPipeline
-    from rag.search_cli import SERVING_QUERY_BACKEND, _load
+    from rag.app.search_cli import SERVING_QUERY_BACKEND, _load
 
     variants = dict(VARIANTS if variants is None else variants)
     out_variants: dict = {}

@@ -1,7 +1,7 @@
 """The contract every retriever answers in (DESIGN.md §8): a :class:`Query` in, a
 :class:`SearchResult` of :class:`Hit` chunks out. Plain dataclasses in the bottom layer, so that
 the pipeline, the peers, the evaluator and the service share them without importing one
-another; :mod:`rag.search.pipeline` and :mod:`rag.retriever` re-export them.
+another; :mod:`rag.search.pipeline` and :mod:`rag.eval.retriever` re-export them.
 """
 
 from __future__ import annotations

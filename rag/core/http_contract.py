@@ -1,6 +1,6 @@
 """The Retriever contract over HTTP: where hits, signals and timings sit in a retriever
 server's JSON answer (``retriever.response``), and the request rag sends its own server
-(``retriever.request``; placeholders in rag/retriever.py). Defaults: ``rag serve``'s answer."""
+(``retriever.request``; placeholders in rag/eval/retriever.py). Defaults: ``rag serve``'s answer."""
 
 from __future__ import annotations
 
@@ -51,6 +51,6 @@ class HttpResponseMapping:
 
 
 # rag serve's request for an evaluation: the ranking to eval.depth before abstention, every
-# abstention signal and the returned chunks' text (placeholders: rag/retriever.py)
+# abstention signal and the returned chunks' text (placeholders: rag/eval/retriever.py)
 HTTP_REQUEST = ('{"query": "{query}", "top_k": "{top_k}", "depth": "{depth}", '
                 '"types": "{types}", "signals": true, "with_text": true}')

@@ -1,6 +1,6 @@
 """Paths every layer needs: the project root and how a configured path is made absolute.
 
-Imports nothing of rag (the bottom layer, DESIGN.md §8); :mod:`rag.config` re-exports both.
+Imports nothing of rag (the bottom layer, DESIGN.md §8); :mod:`rag.app.config` re-exports both.
 """
 
 from __future__ import annotations

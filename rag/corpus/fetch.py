@@ -38,8 +38,8 @@ NPM_SPEC = re.compile(rf"(?P<name>{_NPM_NAME})@(?P<version>{_SEMVER})")
 def _slug(requirement: str) -> str:
     """The folder name of a requirement's unpacked sdist: ``flask==3.1.3`` -> ``flask-3.1.3``;
     anything that is not a safe folder name (``..``, a separator) is encoded
-    (:func:`rag.names.safe_component`), so it never leaves ``corpora/``."""
-    from rag.names import safe_component
+    (:func:`rag.core.names.safe_component`), so it never leaves ``corpora/``."""
+    from rag.core.names import safe_component
 
     return safe_component(requirement.replace("==", "-").replace(" ", ""), what="corpus.sdist",
                           encode=True)
@@ -49,7 +49,7 @@ def _npm_slug(spec: str) -> str:
     """The folder name of an npm package's unpacked tarball: ``zod@3.25.76`` ->
     ``npm-zod-3.25.76``, ``@scope/pkg@1.0.0`` -> ``npm-scope+pkg-1.0.0`` (the ``npm-``
     prefix keeps it apart from a pip sdist of the same name and version)."""
-    from rag.names import safe_component
+    from rag.core.names import safe_component
 
     m = parse_npm_spec(spec)
     name = m["name"].lstrip("@").replace("/", "+")
@@ -244,7 +244,7 @@ def corpus_root(cfg) -> Path:
         RunError: ``corpus.path`` is not a directory, or the fetch failed (one line).
     """
     from rag.core.paths import expand_path
-    from rag.errors import RunError
+    from rag.core.errors import RunError
 
     if cfg.corpus.path:
         root = expand_path(cfg.corpus.path, base=Path.cwd())

@@ -4,7 +4,7 @@
 ``gh pr list --json number,title,body,url,labels,state,createdAt > prs.json``; each record
 becomes one document of category ``issue`` or ``pull_request`` (by its URL: ``/pull/`` is a
 pull request) whose path is its canonical URL, so a hit links straight to it: its ``url``
-(rag/trace_links.py ``hit_url``) is that URL as the export gave it, never a commit-pinned
+(rag/core/trace_links.py ``hit_url``) is that URL as the export gave it, never a commit-pinned
 template. A URL must be an ``https://`` or ``http://`` address without a user name or password.
 """
 

@@ -1078,7 +1078,7 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
 
 def walk_settings(corpus: Any) -> dict[str, Any]:
     """:func:`walk_corpus` keyword arguments from a corpus config node (``corpus.*`` of
-    rag/config.py: ``max_file_bytes``, ``exclude`` (+ ``exclude_extra``), ``include``,
+    rag/app/config.py: ``max_file_bytes``, ``exclude`` (+ ``exclude_extra``), ``include``,
     ``index_secrets``), as plain JSON-able values — the one place a config becomes walk
     rules, so every caller (index build, golden export, dataset checks) walks alike."""
     base = DEFAULT_EXCLUDES if corpus.exclude is None else [str(p) for p in corpus.exclude]

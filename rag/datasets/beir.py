@@ -18,7 +18,7 @@ into a rag corpus and golden set:
   characters), and every id of a corpus with no such path, is written as
   ``_ids/<name>`` (:func:`mapped_path`): the id with each character other than ASCII letters,
   digits, ``.``, ``+`` and ``-`` written as ``_`` plus its UTF-8 bytes in hex (``a b`` ->
-  ``a_20b``), made a safe folder name by :func:`rag.names.safe_component` (which replaces a
+  ``a_20b``), made a safe folder name by :func:`rag.core.names.safe_component` (which replaces a
   name that does not start with a letter or digit, or is over 128 characters, by a slug plus
   a hash). ``manifest.json``'s ``ids`` maps each such file back to its id
   (:func:`original_doc_id`), which is what run.trec docnos and labels name.
@@ -81,7 +81,7 @@ def mapped_path(doc_id: str) -> str:
     by name (:func:`rag.corpus.walk.secret_name_rule`: ``identity``, ``x.p12``, ``a.env``,
     ``credentials``; config-like names such as ``x.json`` are kept) gets
     :data:`NEUTRAL_SUFFIX`: ``identity`` -> ``_ids/identity_doc``."""
-    from rag.names import safe_component
+    from rag.core.names import safe_component
 
     from rag.corpus.walk import secret_name_rule
 

@@ -11,7 +11,7 @@ is written into a temporary folder beside it and renamed into place, so an inter
 conversion leaves no half-written folder; an unchanged dataset is reused, a changed one gets
 a new folder (older ones stay until deleted by hand).
 
-:func:`prepare_dataset` is what ``python -m rag.run`` calls (rag/run.py ``run_inputs``).
+:func:`prepare_dataset` is what ``python -m rag.run`` calls (rag/app/run.py ``run_inputs``).
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def materialise(cache_root: Path, *, fmt: str, name: str, fp: str,
     ``write(tmp)`` (which returns the manifest) in a temporary folder and renamed into
     place, so a crash leaves no half-written folder and earlier conversions untouched.
 
-    The folder's name is ``<name>-<fmt>-<fp[:16]>`` through :func:`rag.names.safe_component`.
+    The folder's name is ``<name>-<fmt>-<fp[:16]>`` through :func:`rag.core.names.safe_component`.
 
     Returns:
         ``(folder, manifest, reused)``.
@@ -346,7 +346,7 @@ def materialise(cache_root: Path, *, fmt: str, name: str, fp: str,
     Raises:
         DatasetError: from ``write``; OSError: the cache cannot be written.
     """
-    from rag.names import safe_component
+    from rag.core.names import safe_component
 
     folder = Path(cache_root) / safe_component(f"{name}-{fmt}-{fp[:16]}", what="dataset.name",
                                                encode=True)

@@ -199,9 +199,9 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
              gate_thresholds: Sequence[float] = (), target_false_weak: float = 0.10,
              target_dropped: float = 0.02, count_tokens=None, ties: str = "doc_id",
              min_overlap: float = 0.0, hit_url=None, trace_n: int = 5) -> EvalResult:
-    """Evaluate a :class:`rag.retriever.Retriever` on ``golden`` — the evaluator reads only
+    """Evaluate a :class:`rag.eval.retriever.Retriever` on ``golden`` — the evaluator reads only
     what the retriever returns (a :class:`~rag.search.pipeline.SearchPipeline` is wrapped as
-    :class:`rag.retriever.PipelineRetriever`).
+    :class:`rag.eval.retriever.PipelineRetriever`).
 
     With ``use_expected_types`` each positive that has ``types`` is asked with that type
     filter; ``filter_false_negative_rate`` is the share of those queries whose filter excludes
@@ -245,7 +245,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
     the two rates above had abstention read the rerank score instead of the dense cosine:
     a query is flagged when its top rerank score is < t or nothing was reranked.
 
-    ``hit_url`` (a hit -> its URL or None, :func:`rag.trace_links.url_maker`) adds each query's
+    ``hit_url`` (a hit -> its URL or None, :func:`rag.core.trace_links.url_maker`) adds each query's
     ``trace_urls``: the URLs of the first ``trace_n`` hits of its ranking (before abstention),
     space-separated, for the link check (``eval.check_links``).
 
@@ -325,7 +325,7 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             "top_hits": " | ".join(f"{h.path}:{h.start_line}" + (f"#{h.symbol}" if h.symbol else "")
                                    for h in res.hits[:3]),
         }
-        if hit_url is not None:  # the retrieval trace's links (rag/trace_links.py)
+        if hit_url is not None:  # the retrieval trace's links (rag/core/trace_links.py)
             row["trace_urls"] = " ".join(u for u in map(hit_url, res.ranked[:trace_n]) if u)
         chunk_run[q.id] = [chunk_run_entry(h, i) for i, h in enumerate(res.ranked, 1)]
         if kind == "positive":

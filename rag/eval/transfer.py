@@ -120,7 +120,7 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
         RunError: the calibration was fitted with another embedder, has no thresholds for the
             signal, or its gate reads a signal this run does not measure.
     """
-    from rag.errors import RunError
+    from rag.core.errors import RunError
 
     a = cfg.abstain
     signal = str(getattr(a.signal, "value", a.signal))

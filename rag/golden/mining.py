@@ -97,7 +97,7 @@ comments above the symbol (rag/corpus/languages.py); they are not mined (their s
 not separable from licence headers and commented-out code without per-language rules).
 
 *Masking at index time* (not wired here): an ``index.mask_docstrings: bool = False`` key
-(rag/config.py ``IndexConfig``) for build_index to pass on, which replaces each document's
+(rag/app/config.py ``IndexConfig``) for build_index to pass on, which replaces each document's
 text by ``mask_docstrings(doc.text, language_name(doc.path))`` before
 ``chunk_document`` (rag/index/build.py, the chunking loop of :func:`build_index`); the flag
 must also enter that function's chunk-store ``settings`` (a masked and an unmasked chunk set

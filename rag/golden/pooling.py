@@ -241,7 +241,7 @@ def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
 
 def parse_run_text(text: str, where: str) -> dict[str, list[str]]:
     """A TREC run file's text as query id -> docnos in rank order (the rank column orders a
-    query's lines, ties by docno, as :func:`rag.retriever.parse_run_file` reads them).
+    query's lines, ties by docno, as :func:`rag.eval.retriever.parse_run_file` reads them).
 
     Raises:
         PoolError: a line without six fields or with a non-integer rank (``where:line``).

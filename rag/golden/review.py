@@ -783,7 +783,7 @@ def _corpus_root(args, header: dict[str, Any],
         return root
     if args.overrides:
         from rag.corpus.fetch import corpus_root
-        from rag.errors import RunError
+        from rag.core.errors import RunError
 
         if compose_config is None:
             raise ReviewError("config overrides name a corpus only through `rag golden review` "
@@ -804,7 +804,7 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
                    stdout: TextIO | None = None,
                    compose_config: Callable[[list[str]], Any] | None = None) -> int:
     """``rag golden review``; exit 2 with one ``error:`` line on bad input. ``compose_config``
-    (overrides -> config; the application layer passes rag.search_cli's) resolves a corpus
+    (overrides -> config; the application layer passes rag.app.search_cli's) resolves a corpus
     named by ``KEY=VALUE`` overrides; without it only ``--corpus-root`` and the pool's header
     name the corpus."""
     stdin = stdin or sys.stdin

@@ -1,6 +1,6 @@
 """Approximate nearest-neighbour (ANN) indexes for the dense channel, with FAISS.
 
-``dense.index`` (rag/config.py ``DenseConfig``) chooses how :class:`rag.index.dense.DenseChannel`
+``dense.index`` (rag/app/config.py ``DenseConfig``) chooses how :class:`rag.index.dense.DenseChannel`
 finds a query's nearest chunks:
 
 * ``exact`` (default) — one matrix-vector product over every chunk; no ANN is built.
@@ -18,7 +18,7 @@ rounding, ~1e-7: BLAS may sum a 100-row product in another order than the full o
 ``top_dense`` is the best candidate's cosine (exact's whenever the ANN finds the true
 nearest chunk).
 
-An ANN is built from the embedding matrix when the index is built (rag/stages.py
+An ANN is built from the embedding matrix when the index is built (rag/app/stages.py
 ``build_corpus_index``) and stored in a published build as ``ann.faiss``
 (``faiss.write_index``) with :meth:`AnnIndex.info` in its manifest
 (rag/index/versioned.py). Every ``dense`` key — the query-time ``ef_search`` / ``ivf_nprobe``

@@ -14,7 +14,7 @@ IDF is never negative, and it is 0 for a term in at least half of the chunks (n_
 such a term contributes nothing, and a query made only of such terms has no lexical hit.
 bm25s's ``robertson`` clamps the log's argument at 1 and our ``rank_bm25`` backend gives
 ``BM25Okapi`` ``epsilon=0``; both are this formula, so the backends rank identically (the
-parity tests in tests/test_search_stages.py and the benchmark, rag/bench/bm25.py).
+parity tests in tests/search/test_search_stages.py and the benchmark, rag/bench/bm25.py).
 
 Tiny corpora follow from it: in a corpus of 1 chunk nothing scores (idf = ln(1/3) -> 0); in
 one of 2 chunks a term in one of them has idf ln(1.5/1.5) = 0, so it is no hit either; from

@@ -3,7 +3,7 @@ rename, so a reader always sees a complete build and a build killed halfway leav
 previous one serving.
 
 Layout under ``<cache>/indexes/<corpus name>-<source hash>/`` (:func:`index_dir`: the corpus
-name, checked by :func:`rag.names.safe_component`, and 8 hex digits of the SHA-256 of the
+name, checked by :func:`rag.core.names.safe_component`, and 8 hex digits of the SHA-256 of the
 resolved corpus directory, or of the sdist requirement, so two directories that share a name
 never share an index)::
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 from rag.index.tokenize import TOKENIZER_VERSION
-from rag.names import digest, safe_component
+from rag.core.names import digest, safe_component
 
 FORMAT_VERSION = "1"
 # the ids publish() gives its builds: UTC time stamp and 6 hex digits
@@ -70,7 +70,7 @@ def index_dir(cache_dir: Path, corpus_name: str, corpus_source: str | None = Non
 
     Raises:
         ValueError: ``corpus_name`` is not a safe folder name (``..``, a separator, ``${``,
-            ...; see :func:`rag.names.safe_component`).
+            ...; see :func:`rag.core.names.safe_component`).
     """
     name = safe_component(corpus_name, what="corpus.name")
     if corpus_source is not None:
@@ -119,12 +119,12 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         corpus_root: the resolved corpus directory, recorded in the manifest (with the corpus
             fingerprint) and compared by :func:`load_current`.
         corpus_sdist: the sdist requirement the corpus was fetched from, if any (recorded).
-        settings: what else decided the build's contents (:func:`rag.stages.index_settings`:
+        settings: what else decided the build's contents (:func:`rag.app.stages.index_settings`:
             walk rules, chunker, tokenizer, header, code versions), recorded so a reader can
             refuse a build made under other rules.
         keep: how many of this index's own builds to keep (at least the new one).
         source: where the indexed files can be opened, resolved once for this build
-            (:meth:`rag.trace_links.SourceRef.as_dict`: commit, dirty, URL template), so the
+            (:meth:`rag.core.trace_links.SourceRef.as_dict`: commit, dirty, URL template), so the
             links of its hits stay pinned to what it indexed.
 
     Returns:
@@ -206,7 +206,7 @@ def check_compatible(manifest: dict[str, Any], *, embedder_id: str, dim: int,
 
 
 def settings_changes(manifest: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """The names of the settings (:func:`rag.stages.index_settings`; ``corpus.*`` one level
+    """The names of the settings (:func:`rag.app.stages.index_settings`; ``corpus.*`` one level
     down) whose recorded value differs from ``settings``; ``["all (recorded by an older
     version)"]`` when the build recorded none."""
     built = manifest.get("settings")

@@ -400,7 +400,7 @@ def print_rich(summary: dict[str, Any], *, file: Any = None) -> None:
             console.print(block, markup=False)
 
 
-if __name__ == "__main__":  # the command is `rag diff` (rag/cli.py); this module is its library
+if __name__ == "__main__":  # the command is `rag diff` (rag/app/cli.py); this module is its library
     import sys
 
     print("error: run `rag diff RUN_A RUN_B` (python -m rag.ledger.diff is not a command)",

@@ -5,7 +5,7 @@ Every function here builds a :class:`matplotlib.figure.Figure` with matplotlib's
 backend, and :func:`save_png` renders it to a PNG with the Agg canvas — the only place a
 backend is chosen. Nothing here reads MLflow except :func:`write_report_figures`.
 
-Per row (:func:`row_figures`, logged by ``rag.run`` as artifacts):
+Per row (:func:`row_figures`, logged by ``rag.app.run`` as artifacts):
 
 * ``figures/score_histograms.png``: per abstention signal, the scores of positives against
   negatives, with the thresholds the calibration chose (weak, drop) and, for the signal in
@@ -416,7 +416,7 @@ def write_report_figures(ledger: Any, rows: Sequence[Any], out_dir: Path, *,
     its parent's status changed (a stamp file beside them). Never raises for one missing
     artifact: that figure is left out.
     """
-    from rag.names import safe_component
+    from rag.core.names import safe_component
 
     out: dict[str, dict[str, str]] = {}
     rel_root = out_dir.name

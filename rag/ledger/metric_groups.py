@@ -3,7 +3,7 @@
 MLflow 3.17's UI (the version pinned in pyproject.toml) shows a run's metrics three ways:
 
 * the run page's *Overview* table lists them **in the order they were logged** (the
-  tracking store keeps insertion order; checked in tests/test_ledger_screenshots.py); the
+  tracking store keeps insertion order; checked in tests/ledger/test_ledger_screenshots.py); the
   compare view sorts them alphabetically (nothing a ledger can change);
 * the *Model metrics* chart tab puts a metric in the section named by everything before its
   **last** ``/`` (``abstention/top_dense/auc`` -> section ``abstention/top_dense``); names

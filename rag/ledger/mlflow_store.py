@@ -478,7 +478,7 @@ class Ledger:
             return exp.experiment_id
         location = None
         if self.artifact_root is not None and not is_server_uri(self.uri):
-            from rag.names import safe_component  # the experiment name becomes a folder
+            from rag.core.names import safe_component  # the experiment name becomes a folder
 
             location = (Path(self.artifact_root) / safe_component(name, what="experiment",
                                                                   encode=True)).resolve().as_uri()

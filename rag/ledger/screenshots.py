@@ -1,7 +1,7 @@
 """Screenshots of the MLflow UI for one sweep, and a check that its rows line up there.
 
 ``rag ledger screenshots [--tracking-uri URI] [--out reports/screenshots] [--sweep ID]`` —
-used by tests/test_ledger_screenshots.py
+used by tests/ledger/test_ledger_screenshots.py
 (skipped without chromium) — starts ``mlflow server`` on 127.0.0.1 over a ledger store, opens
 three pages in headless Chromium (Debian's ``chromium`` package; ``make sysdeps`` installs it)
 and writes one PNG each:

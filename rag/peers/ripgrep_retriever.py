@@ -1,5 +1,5 @@
 """``retriever=ripgrep``: ripgrep as semble's benchmark runs it, as a
-:class:`rag.retriever.Retriever`.
+:class:`rag.eval.retriever.Retriever`.
 
 semble's keyword baseline (MinishLab/semble ``benchmarks/baselines/ripgrep.py``) runs, per
 query, ``rg --count --no-heading --ignore-case --hidden --glob !.git --fixed-strings QUERY

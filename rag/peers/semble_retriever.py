@@ -1,4 +1,4 @@
-"""``retriever=semble``: PyPI ``semble`` 0.7.0 (MinishLab) as a :class:`rag.retriever.Retriever`.
+"""``retriever=semble``: PyPI ``semble`` 0.7.0 (MinishLab) as a :class:`rag.eval.retriever.Retriever`.
 
 semble runs in a virtual environment of its own (``.venv-peers/semble``, made by ``make
 peers`` from ``peers/semble/requirements.txt``: its huggingface_hub, tokenizers and tree-sitter

@@ -5,7 +5,7 @@ better; a score at or below the channel's ``no_match`` (or not finite) means "no
 never makes a candidate. The pipeline ranks a single-channel route (``search.mode=<name>``)
 by one channel and fuses any subset with RRF (``search.fuse``), without knowing which
 channels exist. :data:`CHANNEL_NAMES` is the one vocabulary config validation, the search
-modes (rag/config.py ``SearchMode``), the CLI and the request schema read.
+modes (rag/app/config.py ``SearchMode``), the CLI and the request schema read.
 
 Adding a channel is one class here (``name``, ``no_match``, ``score(query)`` and a
 ``from_texts(texts)`` classmethod so an index can build it on demand) and one YAML under

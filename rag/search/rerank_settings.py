@@ -1,5 +1,5 @@
 """The cross-encoder reranker's training settings (``rerank.train``): a dataclass of its own,
-light to import, so that :mod:`rag.config`'s schema (the application layer) takes it from the
+light to import, so that :mod:`rag.app.config`'s schema (the application layer) takes it from the
 search layer instead of the search layer reading the application's config module."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One declaration per metric (DESIGN.md §8, "one measures registry"): which direction is
 better, which per-query column a row metric is the mean of, and whether sweeps test it
 against their baseline, ``rag golden expected`` pins its per-query column, and ``rag gate``
-may gate it. The sweep significance (rag/ledger/sweep.py), the gate (rag/gate.py) and the
+may gate it. The sweep significance (rag/ledger/sweep.py), the gate (rag/app/gate.py) and the
 expected-score pinning (rag/eval/expected.py) read these flags instead of keeping lists of
 their own.
 

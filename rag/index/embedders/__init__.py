@@ -5,7 +5,7 @@ A kind's module defines:
 * ``KIND``: its name in ``embedder.kind``;
 * ``load(e, *, cache_dir: Path) -> Embedder``: the embedder the ``embedder`` config node ``e``
   describes (the Protocol :class:`rag.index.dense.Embedder`: ``model_id``, ``dim``,
-  ``max_seq_length``, ``embed(texts) -> float32 (n, dim)``, ``count_tokens(texts)``); raises :class:`rag.errors.RunError` when a package it needs is missing
+  ``max_seq_length``, ``embed(texts) -> float32 (n, dim)``, ``count_tokens(texts)``); raises :class:`rag.core.errors.RunError` when a package it needs is missing
   and :class:`rag.index.dense.ModelNotFoundError` when the model is;
 * ``check(e) -> None``: refuse settings this kind cannot run (ValueError naming the key),
   before anything is loaded;

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rag.errors import RunError
+from rag.core.errors import RunError
 
 KIND = "model2vec"
 USES_POSITIONS = False

@@ -1,0 +1,928 @@
+"""``rag gate``: pass or fail a change against a baseline, for CI.
+
+Compares a candidate ledger row (or a fresh run, ``--fresh``) with a baseline: another row, or
+a pinned expectation (``golden/<corpus>/expected.yaml``, rag/eval/expected.py). A check
+(one metric, or one metric on one tag's queries with ``--per-tag``) **fails** only when
+
+1. the metric moved the wrong way by more than its margin (absolute, in the metric's units;
+   ``--margin``, default :attr:`GateOptions.margin`), **and**
+2. the paired test says the move is significant after Holm's correction across every check
+   of the gate (headline and per-tag together): the sweep's test, a two-sided paired
+   randomization (sign-flip) test on per-query values with a paired-bootstrap 95% CI
+   (:func:`rag.eval.significance.paired_randomization`; Smucker, Allan, Carterette, CIKM
+   2007), and :func:`rag.eval.significance.holm` (Holm 1979).
+
+Improvements are reported the same way. Exit codes (:data:`EXIT_PASS`, :data:`EXIT_REGRESSION`,
+:data:`EXIT_CANNOT_COMPARE`): 0 pass, 1 a regression, 2 could not compare (a missing or
+ambiguous row, another corpus, another golden set fingerprint, an unreadable per-query table,
+a gated metric absent).
+
+**Against an expectation.** A paired test needs per-query values on both sides, which a
+metric's mean cannot give. An expected.yaml may therefore pin the source row's per-query
+table beside it (``per_query:`` with its SHA-256; written by
+:func:`rag.eval.expected.write_expected_from_row`): the gate then runs the same paired test
+as against a row. An expected.yaml without one is still gated, on the margin alone, and the
+output says so: a metric that dropped by more than its margin fails without a test. (Chosen
+over refusing to gate: an old expectation stays usable, and the message says how to pin.)
+
+Output: a markdown summary (stdout, or ``--markdown FILE``), JUnit XML (``--junit FILE``, one
+test case per check), ``--json``; every form also says where the positives were lost in each
+row (``lost_at``, rag/eval/attribution.py) and at which stage the changed queries changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 1
+EXIT_CANNOT_COMPARE = 2
+
+# which direction is better and which per-query column a row metric is the mean of are
+# declared once, in rag/eval/measures/
+# verdicts of one check
+REGRESSION, IMPROVEMENT = "regression", "improvement"
+DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"
+WITHIN_MARGIN = "within_margin"
+
+
+class GateError(ValueError):
+    """The two sides cannot be compared (exit 2); the message is one line."""
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """Every setting of the gate, with its default (the single place they are defined; the
+    CLI's defaults are read from here).
+
+    Attributes:
+        metrics: row metric names gated (headline; ``tag.<tag>.`` forms are added by
+            ``per_tag``).
+        margin: allowed move in the wrong direction, absolute, in the metric's units.
+        margins: per-metric margins (metric name -> margin) that replace ``margin``.
+        alpha: the family-wise significance level for Holm's correction.
+        per_tag: also gate every metric on each tag's queries.
+        tags: with ``per_tag``, only these tags (empty: every tag of the golden set).
+        n_resamples, seed: of the randomization test and bootstrap (the sweep's values).
+    """
+
+    metrics: tuple[str, ...] = ("mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate")
+    margin: float = 0.01
+    margins: tuple[tuple[str, float], ...] = ()
+    alpha: float = 0.05
+    per_tag: bool = False
+    tags: tuple[str, ...] = ()
+    n_resamples: int = 10_000
+    seed: int = 0
+
+    def margin_for(self, metric: str) -> float:
+        """The margin of ``metric`` (a ``tag.<tag>.<m>`` name takes ``m``'s)."""
+        from rag.eval.metric_names import split_tag_metric
+
+        base = (split_tag_metric(metric) or (None, metric))[1]
+        return dict(self.margins).get(metric, dict(self.margins).get(base, self.margin))
+
+
+def describe_test(options: GateOptions, n_checks: int) -> str:
+    """The test used, in words, for every output form."""
+    return (f"two-sided paired randomization (sign-flip) test on per-query values, "
+            f"{options.n_resamples:,} resamples, seed {options.seed}, with a 95% paired-"
+            f"bootstrap CI — the sweep's test (rag/eval/significance.py; Smucker et al., CIKM "
+            f"2007) — Holm-corrected across the {n_checks} paired checks (Holm 1979); a check "
+            f"fails when its metric moves the wrong way by more than its margin and p (Holm) "
+            f"< {options.alpha:g}")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether smaller values of ``metric`` (or of its per-tag form) are better."""
+    from rag.eval.metric_names import split_tag_metric
+
+    from rag.eval.measures import lower_is_better as declared_lower
+
+    base = (split_tag_metric(metric) or (None, metric))[1]
+    return declared_lower(base)
+
+
+def per_query_values(frame: Any, metric: str) -> Any:
+    """The per-query values whose mean over positives is row metric ``metric`` (a pandas
+    Series of floats indexed by query id), or None when the table has no such column.
+
+    ``answer_support_rate`` is the mean of ``answer_support``, ``false_weak_rate`` of
+    ``false_weak``, ``candidate_pool_recall`` of ``candidate_hit``, ``dropped_rate`` of
+    ``returned_as == "dropped"``; ranking metrics (``mrr``, ``recall_at_<k>``, ...) are their
+    own columns. Booleans written as ``True``/``False`` count 1/0.
+    """
+    if metric == "dropped_rate":
+        if "returned_as" not in frame.columns:
+            return None
+        return (frame["returned_as"].astype(str) == "dropped").astype(float)
+    from rag.eval.measures import per_query_column
+
+    col = per_query_column(metric)
+    if col is None or col not in frame.columns:
+        return None
+    series = frame[col].map(lambda v: {"True": 1.0, "False": 0.0}.get(v, v) if isinstance(v, str)
+                            else v)
+    try:
+        return series.astype(float)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Side:
+    """One side of the comparison.
+
+    Attributes:
+        label: how outputs name it (``row 1a2b3c4d`` or the expected.yaml path).
+        kind: ``row`` or ``expected``.
+        ref: the full run id, or the expected.yaml path.
+        corpus, golden_fingerprint, corpus_fingerprint: what it was measured on (None:
+            not recorded).
+        overrides: the Hydra overrides of its condition (what ``--fresh`` re-runs).
+        metrics: row metric name -> value (an expectation's pinned values).
+        per_query: its positives' per-query table indexed by query id, or None (an
+            expectation that pins none).
+    """
+
+    label: str
+    kind: str
+    ref: str
+    corpus: str | None
+    golden_fingerprint: str | None
+    corpus_fingerprint: str | None
+    overrides: list[str]
+    metrics: dict[str, float]
+    per_query: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready identity (no tables)."""
+        return {"label": self.label, "kind": self.kind, "ref": self.ref, "corpus": self.corpus,
+                "golden_fingerprint": self.golden_fingerprint,
+                "corpus_fingerprint": self.corpus_fingerprint, "overrides": self.overrides,
+                "per_query": self.per_query is not None}
+
+
+def _frame(csv_text: str, where: str) -> Any:
+    from rag.ledger.sweep import per_query_frame
+
+    try:
+        frame = per_query_frame(csv_text)
+    except (KeyError, ValueError) as exc:
+        raise GateError(f"{where} is not a per-query table "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    if frame.empty:
+        raise GateError(f"{where} holds no positive query")
+    return frame
+
+
+def expected_side(path: Path) -> Side:
+    """An expected.yaml (or a directory holding one) as a :class:`Side`.
+
+    Raises:
+        GateError: an unreadable file, or a pinned table missing or not matching its SHA-256.
+    """
+    from rag.eval.expected import (EXPECTED_FILE, ExpectedError, load_expected,
+                                   load_pinned_per_query)
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / EXPECTED_FILE
+    try:
+        header, expectations = load_expected(path)
+        pinned = load_pinned_per_query(path, header)
+    except ExpectedError as exc:
+        raise GateError(str(exc)) from None
+    frame = _frame(pinned, f"{path}: per_query: {header.get('per_query')}") \
+        if pinned is not None else None
+    known = lambda v: None if v in (None, "", "?") else str(v)  # noqa: E731
+    return Side(label=str(path), kind="expected", ref=str(path), corpus=known(header.get("corpus")),
+                golden_fingerprint=known(header.get("golden_fingerprint")),
+                corpus_fingerprint=known(header.get("corpus_fingerprint")),
+                overrides=[str(o) for o in header.get("overrides") or []],
+                metrics={e.metric: e.value for e in expectations}, per_query=frame)
+
+
+def row_side(ledger: Any, ref: str) -> Side:
+    """A finished ledger row as a :class:`Side`.
+
+    Raises:
+        GateError: no row or several match ``ref``, the row never finished, or its
+            per_query.csv is missing or not a per-query table.
+    """
+    from rag.ledger.mlflow_store import LedgerError
+
+    try:
+        run_id = ledger.resolve_run_id(ref)
+        run = ledger.client.get_run(run_id)
+        text = ledger.download_text(run_id, "per_query.csv")
+    except (LookupError, LedgerError) as exc:
+        raise GateError(str(exc)) from None
+    tags = dict(run.data.tags)
+    try:
+        overrides = [str(o) for o in json.loads(tags.get("hydra_overrides", "[]"))]
+    except ValueError:
+        overrides = []
+    return Side(label=f"row {run_id[:8]}", kind="row", ref=run_id, corpus=tags.get("corpus"),
+                golden_fingerprint=tags.get("golden_fingerprint"),
+                corpus_fingerprint=tags.get("corpus_fingerprint"), overrides=overrides,
+                metrics={k: float(v) for k, v in run.data.metrics.items()},
+                per_query=_frame(text, f"per_query.csv of row {run_id[:8]}"))
+
+
+def is_expectation(ref: str) -> bool:
+    """Whether a reference names an expected.yaml (a ``.yaml``/``.yml`` path, or a directory
+    holding one) rather than a ledger row."""
+    from rag.eval.expected import EXPECTED_FILE
+
+    p = Path(ref)
+    return ref.endswith((".yaml", ".yml")) or (p.is_dir() and (p / EXPECTED_FILE).is_file())
+
+
+def check_comparable(base: Side, cand: Side) -> list[str]:
+    """Refuse two sides measured on different corpora or golden sets; notes for the rest.
+
+    Raises:
+        GateError: the corpora differ, the golden set fingerprints differ, or one side does
+            not record its golden fingerprint (naming both sides).
+    """
+    if base.corpus and cand.corpus and base.corpus != cand.corpus:
+        raise GateError(f"cannot compare: {base.label} is corpus {base.corpus!r}, "
+                        f"{cand.label} corpus {cand.corpus!r}")
+    for side in (base, cand):
+        if not side.golden_fingerprint:
+            raise GateError(f"cannot compare: {side.label} does not record its golden set "
+                            "fingerprint")
+    if base.golden_fingerprint != cand.golden_fingerprint:
+        raise GateError(f"cannot compare: the golden sets differ ({base.label}: "
+                        f"{base.golden_fingerprint[:12]}, {cand.label}: "
+                        f"{cand.golden_fingerprint[:12]}); re-pin the expectation or compare "
+                        "rows of one golden set")
+    notes = []
+    if (base.corpus_fingerprint and cand.corpus_fingerprint
+            and base.corpus_fingerprint != cand.corpus_fingerprint):
+        notes.append(f"the indexed files differ (corpus fingerprint {base.corpus_fingerprint[:12]}"
+                     f" vs {cand.corpus_fingerprint[:12]}): the candidate walked the corpus "
+                     "differently, or the corpus changed")
+    return notes
+
+
+@dataclass
+class Check:
+    """One gated comparison.
+
+    Attributes:
+        metric: the row metric name (``mrr``, ``tag.prose.mrr``).
+        tag: the tag for a per-tag check, else None.
+        baseline, candidate: the two values (per-query means when paired).
+        delta: candidate - baseline.
+        margin: the allowed move in the wrong direction.
+        lower_is_better: the metric's direction.
+        n: paired queries (None: margin only).
+        p, p_holm, ci_low, ci_high: the paired test (None: margin only).
+        verdict: regression, improvement, drop_not_significant, rise_not_significant,
+            within_margin.
+    """
+
+    metric: str
+    tag: str | None
+    baseline: float
+    candidate: float
+    delta: float
+    margin: float
+    lower_is_better: bool
+    n: int | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str = WITHIN_MARGIN
+
+    @property
+    def paired(self) -> bool:
+        return self.p is not None
+
+
+def _tags_of(frame: Any) -> list[str]:
+    from rag.eval.attribution import split_tags
+
+    return sorted({t for v in frame["tags"] for t in split_tags(v)}) if "tags" in frame.columns else []
+
+
+def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Check], list[str]]:
+    """The checks of the gate, with their paired tests (unadjusted p), and notes.
+
+    Raises:
+        GateError: a gated headline metric is on neither the per-query tables nor both rows.
+    """
+    from rag.eval.metric_names import split_tag_metric, tag_metric
+    from rag.eval.significance import paired_randomization
+
+    notes: list[str] = []
+    common = None
+    if base.per_query is not None and cand.per_query is not None:
+        common = base.per_query.index.intersection(cand.per_query.index)
+        if len(common) == 0:
+            raise GateError(f"cannot compare: {base.label} and {cand.label} share no positive "
+                            "query")
+        if len(common) != len(base.per_query) or len(common) != len(cand.per_query):
+            notes.append(f"{len(common)} positives paired ({len(base.per_query)} in "
+                         f"{base.label}, {len(cand.per_query)} in {cand.label})")
+    else:
+        missing = base if base.per_query is None else cand
+        notes.append(f"margin only: {missing.label} has no per-query table, so no paired test "
+                     "is possible; a drop beyond the margin fails without one (pin the table "
+                     "with `rag golden expected --run RUN_ID`)")
+    targets: list[tuple[str, str | None]] = [(m, None) for m in options.metrics]
+    if options.per_tag:
+        if common is not None:
+            tags = _tags_of(base.per_query.loc[common])
+        else:
+            tags = sorted({t for m in (*base.metrics, *cand.metrics)
+                           if (st := split_tag_metric(m)) and st[1] == "n_queries"
+                           for t in [st[0]]})
+        if options.tags:
+            unknown = [t for t in options.tags if t not in tags]
+            if unknown:
+                raise GateError(f"no positive query has tag(s) {', '.join(unknown)} "
+                                f"(tags: {', '.join(tags) or 'none'})")
+            tags = list(options.tags)
+        targets += [(tag_metric(t, m), t) for t in tags for m in options.metrics]
+    checks = []
+    for name, tag in targets:
+        base_metric = (split_tag_metric(name) or (None, name))[1]
+        common_ids = common
+        if common is not None and tag is not None:
+            from rag.eval.attribution import split_tags
+
+            tagged = base.per_query.loc[common, "tags"].map(lambda v: tag in split_tags(v))
+            common_ids = common[tagged.to_numpy()]
+        va = per_query_values(base.per_query, base_metric) if common is not None else None
+        vb = per_query_values(cand.per_query, base_metric) if common is not None else None
+        kw = dict(metric=name, tag=tag, margin=options.margin_for(name),
+                  lower_is_better=lower_is_better(name))
+        if va is not None and vb is not None:
+            if len(common_ids) == 0:
+                continue
+            a = va.loc[common_ids].to_numpy()
+            b = vb.loc[common_ids].to_numpy()
+            try:
+                t = paired_randomization(a, b, n_resamples=options.n_resamples, seed=options.seed)
+            except ValueError as exc:
+                raise GateError(f"{name}: {exc}") from None
+            checks.append(Check(baseline=t.mean_a, candidate=t.mean_b, delta=t.delta, n=t.n,
+                                p=t.p_value, ci_low=t.ci_low, ci_high=t.ci_high, **kw))
+            continue
+        if name in base.metrics and name in cand.metrics:
+            if common is not None:
+                notes.append(f"{name}: no per-query values in the tables; margin only")
+            a_val, b_val = float(base.metrics[name]), float(cand.metrics[name])
+            checks.append(Check(baseline=a_val, candidate=b_val, delta=b_val - a_val, **kw))
+        elif tag is None:
+            where = base.label if name not in base.metrics else cand.label
+            raise GateError(f"cannot compare: {where} has no metric {name!r} (and no "
+                            "per-query values for it)")
+        else:  # a per-tag check one side cannot give (e.g. an expectation pins no tags)
+            where = base.label if name not in base.metrics else cand.label
+            notes.append(f"{name}: not gated ({where} has neither per-query values nor the "
+                         "metric)")
+    return checks, notes
+
+
+def judge(checks: list[Check], options: GateOptions) -> list[Check]:
+    """Holm-adjust the paired checks' p-values together and give every check its verdict
+    (see the module docstring); returns new Check objects."""
+    from rag.eval.significance import holm
+
+    paired = [i for i, c in enumerate(checks) if c.paired]
+    adjusted = dict(zip(paired, holm([checks[i].p for i in paired])))
+    out = []
+    for i, c in enumerate(checks):
+        p_holm = adjusted.get(i)
+        gain = -c.delta if c.lower_is_better else c.delta
+        significant = p_holm is None or p_holm < options.alpha  # margin only: the margin decides
+        if gain < -c.margin - 1e-12:
+            verdict = REGRESSION if significant else DROP_NOT_SIGNIFICANT
+        elif gain > c.margin + 1e-12:
+            verdict = IMPROVEMENT if significant else RISE_NOT_SIGNIFICANT
+        else:
+            verdict = WITHIN_MARGIN
+        out.append(replace(c, p_holm=p_holm, verdict=verdict))
+    return out
+
+
+@dataclass
+class GateResult:
+    """The outcome: ``exit_code`` 0 (pass) or 1 (regression), the checks, the stage counts of
+    each side (``lost_at``: stage -> positives; None when a side has none), the changed
+    queries with the stage that changed each, and notes."""
+
+    baseline: Side
+    candidate: Side
+    options: GateOptions
+    checks: list[Check]
+    notes: list[str] = field(default_factory=list)
+    lost_at_baseline: dict[str, int] | None = None
+    lost_at_candidate: dict[str, int] | None = None
+    changed: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == REGRESSION]
+
+    @property
+    def improvements(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == IMPROVEMENT]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.regressions else EXIT_PASS
+
+    @property
+    def verdict(self) -> str:
+        return "regression" if self.regressions else "pass"
+
+    @property
+    def test(self) -> str:
+        n = sum(c.paired for c in self.checks)
+        return describe_test(self.options, n) if n else \
+            "margin only (no per-query table on one side: no paired test)"
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready (lists, never joined strings)."""
+        return {"verdict": self.verdict, "exit_code": self.exit_code,
+                "baseline": self.baseline.describe(), "candidate": self.candidate.describe(),
+                "test": self.test, "alpha": self.options.alpha,
+                "checks": [asdict(c) | {"paired": c.paired} for c in self.checks],
+                "regressions": [c.metric for c in self.regressions],
+                "improvements": [c.metric for c in self.improvements],
+                "lost_at": {"baseline": self.lost_at_baseline,
+                            "candidate": self.lost_at_candidate},
+                "changed_queries": self.changed, "notes": self.notes}
+
+
+def _stage_counts(side: Side, ids: Any) -> dict[str, int] | None:
+    """``lost_at`` counts over ``ids`` from the per-query table, else the row's
+    ``lost_at/<stage>`` metrics, else None."""
+    from rag.eval.attribution import LOST_AT_COLUMN, STAGES, count_stages, lost_at_metric
+
+    if side.per_query is not None and LOST_AT_COLUMN in side.per_query.columns:
+        rows = side.per_query.loc[ids] if ids is not None else side.per_query
+        return count_stages(str(v) for v in rows[LOST_AT_COLUMN])
+    if all(lost_at_metric(s) in side.metrics for s in STAGES):
+        return {s: int(side.metrics[lost_at_metric(s)]) for s in STAGES}
+    return None
+
+
+def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> GateResult:
+    """Gate ``cand`` against ``base`` (see the module docstring).
+
+    Raises:
+        GateError: the sides cannot be compared (exit 2).
+    """
+    from rag.eval.attribution import LOST_AT_COLUMN
+    from rag.ledger.diff import diff_per_query
+
+    notes = check_comparable(base, cand)
+    checks, more = build_checks(base, cand, options)
+    if not checks:
+        raise GateError("nothing to gate: no metric could be compared")
+    result = GateResult(baseline=base, candidate=cand, options=options,
+                        checks=judge(checks, options), notes=notes + more)
+    ids = None
+    if base.per_query is not None and cand.per_query is not None:
+        ids = base.per_query.index.intersection(cand.per_query.index)
+        if LOST_AT_COLUMN in base.per_query.columns and LOST_AT_COLUMN in cand.per_query.columns:
+            result.changed = [
+                {"query_id": d.query_id, "tags": d.tags, "rank_baseline": d.rank_a,
+                 "rank_candidate": d.rank_b, "lost_at_baseline": d.lost_at_a,
+                 "lost_at_candidate": d.lost_at_b, "stage": d.stage, "change": d.change}
+                for d in diff_per_query(base.per_query, cand.per_query) if d.changed]
+    result.lost_at_baseline = _stage_counts(base, ids)
+    result.lost_at_candidate = _stage_counts(cand, ids)
+    return result
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+def _num(v: float | None, digits: int = 4) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def _p(v: float | None) -> str:
+    return "—" if v is None else (f"{v:.4f}" if v >= 1e-4 else f"{v:.1e}")
+
+
+VERDICT_TEXT = {REGRESSION: "**REGRESSION**", IMPROVEMENT: "improvement",
+                DROP_NOT_SIGNIFICANT: "drop, not significant",
+                RISE_NOT_SIGNIFICANT: "rise, not significant", WITHIN_MARGIN: "within margin"}
+
+
+def render_markdown(result: GateResult) -> str:
+    """The markdown summary (GitHub renders it, e.g. in ``$GITHUB_STEP_SUMMARY``)."""
+    from rag.eval.attribution import STAGE_HELP, STAGES
+
+    r = result
+    head = "PASS" if r.exit_code == EXIT_PASS else "REGRESSION"
+    lines = [f"## rag gate: {head}", "",
+             f"- baseline: {r.baseline.label} (corpus {r.baseline.corpus or '?'}, golden set "
+             f"{(r.baseline.golden_fingerprint or '?')[:12]})",
+             f"- candidate: {r.candidate.label} (corpus {r.candidate.corpus or '?'})",
+             f"- test: {r.test}", ""]
+    if r.regressions:
+        lines.append("Regressions: " + ", ".join(
+            f"`{c.metric}` {c.delta:+.4f}" for c in r.regressions))
+    if r.improvements:
+        lines.append("Improvements: " + ", ".join(
+            f"`{c.metric}` {c.delta:+.4f}" for c in r.improvements))
+    if r.regressions or r.improvements:
+        lines.append("")
+    lines += ["| check | baseline | candidate | Δ | margin | p | p (Holm) | 95% CI of Δ | n | verdict |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    for c in r.checks:
+        ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "—"
+        arrow = " (lower is better)" if c.lower_is_better else ""
+        lines.append(f"| `{c.metric}`{arrow} | {_num(c.baseline)} | {_num(c.candidate)} | "
+                     f"{c.delta:+.4f} | {c.margin:g} | {_p(c.p)} | {_p(c.p_holm)} | {ci} | "
+                     f"{c.n if c.n is not None else '—'} | {VERDICT_TEXT[c.verdict]} |")
+    if r.lost_at_baseline or r.lost_at_candidate:
+        b, c = r.lost_at_baseline or {}, r.lost_at_candidate or {}
+        lines += ["", "### Where the positives were lost", "",
+                  "| stage | meaning | baseline | candidate | Δ |", "|---|---|---:|---:|---:|"]
+        for s in STAGES:
+            vb, vc = b.get(s), c.get(s)
+            d = f"{vc - vb:+d}" if vb is not None and vc is not None else "—"
+            lines.append(f"| {s} | {STAGE_HELP[s]} | {'—' if vb is None else vb} | "
+                         f"{'—' if vc is None else vc} | {d} |")
+    if r.changed:
+        worse: dict[str, list[str]] = {}
+        better: dict[str, list[str]] = {}
+        for q in r.changed:
+            (worse if q["change"] == "worse" else better if q["change"] == "better" else {}
+             ).setdefault(q["stage"], []).append(q["query_id"])
+        lines += ["", f"{len(r.changed)} positives changed (rank, stage or answer)."]
+        if worse:
+            lines.append("Worse, by the stage that lost them: " + "; ".join(
+                f"{s} {len(v)} ({', '.join(v[:5])}{', …' if len(v) > 5 else ''})"
+                for s, v in worse.items()))
+        if better:
+            lines.append("Better, by the stage they now pass: " + "; ".join(
+                f"{s} {len(v)} ({', '.join(v[:5])}{', …' if len(v) > 5 else ''})"
+                for s, v in better.items()))
+    if r.notes:
+        lines += ["", *[f"- note: {n}" for n in r.notes]]
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(result: GateResult | None, *, error: str | None = None,
+                 baseline: str = "", candidate: str = "") -> str:
+    """JUnit XML: one ``testcase`` per check (a regression is a ``failure``); when the sides
+    could not be compared, one ``testcase`` ``compare`` with an ``error``."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="rag gate")
+    if result is None:
+        suite = ET.SubElement(root, "testsuite", name=f"rag gate {candidate} vs {baseline}",
+                              tests="1", failures="0", errors="1", skipped="0")
+        case = ET.SubElement(suite, "testcase", classname="rag.gate", name="compare", time="0")
+        ET.SubElement(case, "error", message=error or "", type="cannot_compare").text = error
+        root.set("tests", "1"); root.set("failures", "0"); root.set("errors", "1")  # noqa: E702
+        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    r = result
+    fails = len(r.regressions)
+    suite = ET.SubElement(root, "testsuite",
+                          name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
+                          tests=str(len(r.checks)), failures=str(fails), errors="0", skipped="0")
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("baseline", r.baseline.ref), ("candidate", r.candidate.ref),
+                 ("corpus", r.candidate.corpus or ""), ("test", r.test),
+                 ("alpha", f"{r.options.alpha:g}")):
+        ET.SubElement(props, "property", name=k, value=v)
+    for c in r.checks:
+        case = ET.SubElement(suite, "testcase", classname="rag.gate", name=c.metric, time="0")
+        detail = (f"{c.metric}: baseline {_num(c.baseline)}, candidate {_num(c.candidate)}, "
+                  f"delta {c.delta:+.4f}, margin {c.margin:g}, p {_p(c.p)}, p (Holm) "
+                  f"{_p(c.p_holm)}, n {c.n if c.n is not None else '-'}: {c.verdict}")
+        if c.verdict == REGRESSION:
+            ET.SubElement(case, "failure", message=detail, type=REGRESSION).text = detail
+        ET.SubElement(case, "system-out").text = detail
+    root.set("tests", str(len(r.checks))); root.set("failures", str(fails)); root.set("errors", "0")  # noqa: E702
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# --- command line ------------------------------------------------------------------------
+
+def add_parser(sub: Any) -> None:
+    """Register ``gate`` on the ``rag`` subparsers."""
+    d = GateOptions()
+    p = sub.add_parser(
+        "gate", help="pass/fail a candidate row (or a fresh run) against a baseline row or a "
+                     "pinned expected.yaml; exit 0 pass, 1 regression, 2 could not compare",
+        description=(
+            "Compare CANDIDATE (a ledger row; with --fresh, a run made now) with BASELINE (a "
+            "ledger row, or an expected.yaml / the golden directory holding one). A check "
+            "fails only when its metric moves the wrong way by more than its margin AND the "
+            "paired randomization test (the sweep's; rag/eval/significance.py) finds the move "
+            "significant after Holm's correction across all checks. Improvements are "
+            "reported too. Exit 0 pass, 1 regression, 2 could not compare (missing row, "
+            "another corpus or golden set fingerprint, unreadable per-query table). Against "
+            "an expected.yaml without a pinned per-query table the check is on the margin "
+            "alone, and the output says so."),
+        epilog="Example: rag gate golden/flask/expected.yaml --fresh --junit gate.xml "
+               "--markdown gate.md")
+    p.add_argument("baseline", help="baseline: a run id (or unique prefix), or an expected.yaml "
+                                    "(or the golden directory holding one)")
+    p.add_argument("candidate", nargs="*", metavar="CANDIDATE",
+                   help="the candidate run id (or unique prefix); with --fresh: KEY=VALUE "
+                        "overrides added to the baseline's condition")
+    p.add_argument("--fresh", action="store_true",
+                   help="run the baseline's condition (its overrides, plus the KEY=VALUE "
+                        "given) now with python -m rag.run and gate the row it logs")
+    p.add_argument("--metrics", action="append", default=None, metavar="M[,M...]",
+                   help="row metrics to gate (repeatable or comma-separated; default "
+                        f"{','.join(d.metrics)})")
+    p.add_argument("--margin", action="append", default=None, metavar="[METRIC=]X",
+                   help=f"allowed drop, absolute (default {d.margin:g}); METRIC=X for one "
+                        "metric (repeatable)")
+    p.add_argument("--alpha", type=float, default=d.alpha,
+                   help=f"significance level after Holm (default {d.alpha:g})")
+    p.add_argument("--per-tag", action="store_true",
+                   help="also gate every metric on each tag's queries (one Holm family)")
+    p.add_argument("--tags", default=None, metavar="T[,T...]",
+                   help="with --per-tag: only these tags (implies --per-tag)")
+    p.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="write the markdown summary here (default: print it)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    from rag.app.config import add_tracking_uri_argument
+
+    add_tracking_uri_argument(p)
+
+
+def options_from_args(args: argparse.Namespace) -> GateOptions:
+    """:class:`GateOptions` from parsed arguments.
+
+    Raises:
+        GateError: a bad margin, alpha or metric list (one line).
+    """
+    from rag.eval.metric_names import TAG_PREFIX, split_tag_metric
+
+    d = GateOptions()
+    # de-duplicated, in order: a metric (or tag) named twice would enlarge the Holm family
+    metrics = tuple(dict.fromkeys(m.strip() for v in (args.metrics or []) for m in v.split(",")
+                                  if m.strip())) or d.metrics
+    for m in metrics:
+        if m.startswith(TAG_PREFIX):
+            tag = (split_tag_metric(m) or ("TAG", m))[0]
+            base = (split_tag_metric(m) or (None, "METRIC"))[1]
+            raise GateError(f"--metrics {m!r}: a per-tag metric is not gated by name; give "
+                            f"--metrics {base} --tags {tag} (or --per-tag for every tag)")
+    margin, margins = d.margin, {}
+    for v in args.margin or []:
+        key, sep, value = v.rpartition("=")
+        try:
+            x = float(value)
+        except ValueError:
+            raise GateError(f"--margin {v!r}: expected X or METRIC=X with a number X") from None
+        if not (math.isfinite(x) and x >= 0):
+            raise GateError(f"--margin {v!r}: the margin must be a finite number >= 0")
+        if sep:
+            key = key.strip()
+            known = key in metrics or (
+                (st := split_tag_metric(key)) is not None and st[1] in metrics)
+            if not known:
+                raise GateError(f"--margin {v!r}: {key or '(empty)'!s} is not a gated metric "
+                                f"(gated: {', '.join(metrics)})")
+            margins[key] = x
+        else:
+            margin = x
+    if not (0 < args.alpha < 1):
+        raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    tags = tuple(dict.fromkeys(t.strip() for t in (args.tags or "").split(",") if t.strip()))
+    return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
+                       alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags)
+
+
+# the keys a fresh run's command line gets from the gate itself (where and under which name
+# it logs); a baseline's own values say where *it* was logged, not its condition
+FRESH_OWN_KEYS = ("tracking.uri", "tracking.run_name", "tracking.enabled")
+
+
+def _override_key(o: str) -> str:
+    return o.lstrip("+~").split("=", 1)[0]
+
+
+def merge_overrides(base: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """The baseline's overrides with ``extra`` applied: an extra override of a key the
+    baseline sets replaces it (Hydra refuses a key given twice), others are appended; the
+    baseline's :data:`FRESH_OWN_KEYS` (where it was logged: a row run with
+    ``tracking.uri=...`` records it) are dropped, the fresh run's are the gate's.
+    ``merge_overrides(["search.mode=bm25", "x=1", "tracking.uri=sqlite:///a.db"],
+    ["search.mode=dense"])`` is ``["x=1", "search.mode=dense"]``."""
+    mine = {_override_key(o) for o in extra}
+    return [o for o in base if _override_key(o) not in mine
+            and _override_key(o) not in FRESH_OWN_KEYS] + list(extra)
+
+
+def run_fresh(overrides: Sequence[str], *, tracking_uri: str) -> str:
+    """Run ``python -m rag.run OVERRIDES`` into ``tracking_uri`` under a unique run name (its
+    output goes to stderr) and return the run name.
+
+    Raises:
+        GateError: an override sets ``tracking.*`` the gate sets itself, or the run failed.
+    """
+    import subprocess
+
+    own = [o for o in overrides if _override_key(o) in FRESH_OWN_KEYS]
+    if own:
+        raise GateError(f"--fresh sets {', '.join(own)} itself (use --tracking-uri)")
+    name = f"gate-{uuid.uuid4().hex[:12]}"
+    cmd = [sys.executable, "-m", "rag.run", *overrides, f"tracking.uri={tracking_uri}",
+           f"tracking.run_name={name}"]
+    print("fresh run: " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    code = subprocess.call(cmd, stdout=sys.stderr)
+    if code != 0:
+        raise GateError(f"the fresh run failed (python -m rag.run exited {code}); no row to gate")
+    return name
+
+
+def row_by_name(ledger: Any, name: str) -> str:
+    """The run id of the finished row named ``name`` (a fresh run's).
+
+    Raises:
+        GateError: none (or several) found.
+    """
+    ids = [e.experiment_id for e in ledger.client.search_experiments()]
+    rows = ledger.rows(ids, where=f"tags.`mlflow.runName` = '{name}'") if ids else []
+    if len(rows) != 1:
+        raise GateError(f"the fresh run {name} logged {len(rows)} finished rows in "
+                        f"{ledger.uri}, not 1")
+    return rows[0].info.run_id
+
+
+def check_writable(path: str | None) -> None:
+    """Refuse an output file (``--junit`` / ``--markdown``) that cannot be written, before the
+    gate runs: a directory, a parent that is not a directory or cannot be made, a path without
+    write permission. Creates missing parent directories (as writing would).
+
+    Raises:
+        GateError: ``cannot write FILE: reason`` (one line).
+    """
+    import os
+
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise GateError(f"cannot write {path}: it is a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not p.parent.is_dir():
+        raise GateError(f"cannot write {path}: {p.parent} is not a directory")
+    if not os.access(p if p.exists() else p.parent, os.W_OK):
+        raise GateError(f"cannot write {path}: permission denied")
+
+
+def _write_all(files: Sequence[tuple[str | None, str]]) -> None:
+    """Write every (path, text) with a path.
+
+    Raises:
+        GateError: ``cannot write FILE: reason`` (an OSError while writing).
+    """
+    for path, text in files:
+        if not path:
+            continue
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise GateError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf) replaced by None: JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
+
+
+def run(args: argparse.Namespace, rest: Sequence[str] = (),
+        parser: argparse.ArgumentParser | None = None,
+        fresh: Callable[..., str] = run_fresh) -> int:
+    """``rag gate``: exit 0 pass, 1 regression, 2 could not compare (one ``error:`` line; the
+    JUnit and markdown files, when asked for, say so too)."""
+    from rag.app.config import default_tracking_uri
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+
+    extra = list(args.candidate) + [t for t in rest]
+    bad = [t for t in extra if t.startswith("-")]
+    if bad and parser is not None:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    uri = default_tracking_uri(args.tracking_uri)
+    ledger: Ledger | None = None
+
+    def open_ledger() -> Ledger:
+        nonlocal ledger
+        if ledger is None:
+            try:
+                ledger = Ledger(uri, create=bool(args.fresh))
+            except LedgerError as exc:
+                raise GateError(str(exc)) from None
+        return ledger
+
+    cand_label = "fresh run" if args.fresh else (extra[0] if extra else "?")
+    try:  # before anything runs: no file is written when either cannot be
+        for path in (args.junit, args.markdown):
+            check_writable(path)
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    try:
+        options = options_from_args(args)
+        if args.fresh:
+            not_kv = [t for t in extra if "=" not in t]
+            if not_kv:
+                raise GateError(f"with --fresh, every argument after the baseline is a "
+                                f"KEY=VALUE override, not {not_kv[0]!r}")
+            own = [t for t in extra if _override_key(t) in FRESH_OWN_KEYS]
+            if own:
+                raise GateError(f"--fresh sets {', '.join(own)} itself (use --tracking-uri)")
+        elif len(extra) != 1:
+            raise GateError("give one candidate row (or --fresh)" if not extra else
+                            f"one candidate row expected, got {len(extra)}: {' '.join(extra)}")
+        base = (expected_side(Path(args.baseline)) if is_expectation(args.baseline)
+                else row_side(open_ledger(), args.baseline))
+        if args.fresh:
+            name = fresh(merge_overrides(base.overrides, extra), tracking_uri=uri)
+            cand_ref = row_by_name(open_ledger(), name)
+        else:
+            cand_ref = extra[0]
+        cand = (expected_side(Path(cand_ref)) if is_expectation(cand_ref)
+                else row_side(open_ledger(), cand_ref))
+        result = compare(base, cand, options)
+    except GateError as exc:
+        msg = str(exc)
+        try:
+            _write_all([(args.junit, render_junit(None, error=msg, baseline=args.baseline,
+                                                  candidate=cand_label)),
+                        (args.markdown, f"## rag gate: COULD NOT COMPARE\n\n{msg}\n")])
+        except GateError as write_exc:
+            msg = f"{msg}; and {write_exc}"
+        print(f"error: {msg}", file=sys.stderr)
+        if args.json:
+            print(_json({"verdict": "cannot_compare", "exit_code": EXIT_CANNOT_COMPARE,
+                         "error": msg}))
+        return EXIT_CANNOT_COMPARE
+    md = render_markdown(result)
+    try:
+        _write_all([(args.junit, render_junit(result)), (args.markdown, md)])
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    # a closed stdout (`rag gate ... | head`) raises BrokenPipeError: rag.core.exit_codes.guarded
+    # makes it exit 141 without a traceback
+    if args.json:
+        print(_json(result.as_json()))
+    elif args.markdown:
+        print(f"rag gate: {result.verdict} ({len(result.regressions)} regression(s), "
+              f"{len(result.improvements)} improvement(s)); summary in {args.markdown}")
+    else:
+        print(md, end="")
+    return result.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rag.gate ARGS`` = ``rag gate ARGS``, without the rest of the CLI: exit codes
+    as :func:`run`; a closed stdout exits 141 (:func:`rag.core.exit_codes.guarded`)."""
+    from rag.core.exit_codes import guarded
+
+    parser = argparse.ArgumentParser(prog="rag")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    gate_parser = sub.choices["gate"]
+
+    def go() -> int:
+        args, rest = parser.parse_known_args(["gate", *(sys.argv[1:] if argv is None else argv)])
+        return run(args, rest, gate_parser)
+
+    return guarded(go)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""``rag search`` and ``rag index``: the retriever by hand, with the same config keys (and so
+the same flags) that the ledger measured."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+
+def compose_config(overrides: list[str]):
+    """The project's Hydra config with ``overrides``, as ``python -m rag.run`` would compose it
+    (from rag/app/config_cache.py's cache when the same composition was made before).
+
+    Raises:
+        ValueError: an override key the schema does not know (naming the closest key, as
+            ``python -m rag.run`` does), or a value it cannot take.
+        hydra.errors.ConfigCompositionException / OmegaConf errors: a bad value.
+    """
+    from rag.app.config import (check_override_keys, check_override_values, project_root,
+                            register_configs, validate)
+    from rag.app.config_cache import compose_cached
+
+    check_override_keys(list(overrides))
+    check_override_values(list(overrides))  # a bad value or group option: one line, exit 2
+    conf = project_root() / "conf"
+
+    def compose_with_hydra():
+        from hydra import compose, initialize_config_dir
+
+        register_configs()
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return compose("config", overrides=overrides)
+
+    def valid(cfg) -> None:  # what _load refuses is never cached
+        validate(cfg)
+        corpus_name(cfg)
+
+    return compose_cached(conf, list(overrides), compose_with_hydra, accept=valid)
+
+
+def omegaconf_literal(value: str) -> str:
+    """``value`` escaped so that OmegaConf reads it back verbatim: every ``${`` becomes
+    ``\\${`` (and the backslashes right before it are doubled), so a directory literally
+    named ``${oc.env:HOME}`` stays that name instead of being interpolated."""
+    return re.sub(r"(\\*)(\$\{)", lambda m: m.group(1) * 2 + "\\${", value)
+
+
+def set_corpus_dir(cfg, path: Path, *, keep_name: bool = False) -> None:
+    """Point ``cfg`` (a composed config) at the directory ``path`` as data, never through the
+    override grammar: ``corpus.path`` is ``path`` (escaped, see :func:`omegaconf_literal`),
+    ``corpus.sdist`` and ``corpus.npm`` are cleared, and unless ``keep_name`` ``corpus.name`` is the directory's
+    own name made safe (:func:`rag.core.names.safe_component` with ``encode=True``: ``flask`` stays
+    ``flask``, ``a,b`` becomes ``a_b-<hash>``)."""
+    from rag.core.names import safe_component
+
+    cfg.corpus.path = omegaconf_literal(str(path))
+    cfg.corpus.sdist = None
+    cfg.corpus.npm = None
+    if not keep_name:
+        cfg.corpus.name = safe_component(path.name or "root", what="corpus.name", encode=True)
+
+
+def corpus_name(cfg) -> str:
+    """``corpus.name`` checked as a folder name: no interpolation (but the schema's own
+    default, if it is one), no ``..``, separators, ...
+
+    Raises:
+        ValueError: naming the key and the value (see :func:`rag.core.names.safe_component`).
+    """
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from rag.app.config import CorpusConfig
+    from rag.core.names import safe_component
+
+    if OmegaConf.is_interpolation(cfg.corpus, "name"):
+        raw = OmegaConf.to_container(cfg.corpus, resolve=False)["name"]
+        default = {f.name: f.default for f in dataclasses.fields(CorpusConfig)}["name"]
+        if raw != default:
+            raise ValueError(f"corpus.name={raw!r} cannot be used as a folder name: it is an "
+                             "interpolation (${...})")
+    return safe_component(str(cfg.corpus.name), what="corpus.name")
+
+
+def corpus_identity(cfg) -> dict[str, str]:
+    """The manifest fields that identify the configured corpus: ``corpus_root`` (the resolved
+    ``corpus.path``, as :func:`rag.app.run.corpus_root` resolves it) or ``corpus_sdist`` (the sdist
+    requirement, or ``npm:NAME@VERSION`` for an npm package)."""
+    from rag.app.config import expand_path
+
+    if cfg.corpus.path:
+        return {"corpus_root": str(expand_path(cfg.corpus.path, base=Path.cwd()))}
+    if cfg.corpus.npm:
+        return {"corpus_sdist": f"npm:{cfg.corpus.npm}"}
+    return {"corpus_sdist": str(cfg.corpus.sdist)}
+
+
+def _has_override(overrides: list[str], key: str) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
+
+
+class CliError(SystemExit):
+    """A bad-input failure of a ``rag`` command: its one ``error: ...`` line has been printed to
+    stderr; the exit status is :attr:`rag.core.exit_codes.ExitCode.ERROR` (2, could not run).
+    ``str()`` is the line."""
+
+    def __init__(self, message: str) -> None:
+        from rag.core.exit_codes import ExitCode
+
+        super().__init__(int(ExitCode.ERROR))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def fail(message: str) -> CliError:
+    """Print ``error: message`` to stderr and return the :class:`CliError` to raise."""
+    line = f"error: {message}"
+    print(line, file=sys.stderr)
+    return CliError(line)
+
+
+def cli_error(exc: BaseException) -> None:
+    """Turn a bad-input error — a RunError, a ValueError, or a Hydra/OmegaConf composition
+    error naming the bad override — into one ``error:`` line and exit status 2
+    (:class:`CliError`); re-raise anything else."""
+    from rag.core.errors import RunError
+
+    if isinstance(exc, (RunError, ValueError)) or type(exc).__module__.startswith(("hydra", "omegaconf")):
+        raise fail(str(exc)) from None
+    raise exc
+
+
+#: the query encoder ``rag search`` and ``rag serve`` use unless told otherwise: the fp32 ONNX
+#: export of the torch model (the same top 8 on every Flask and zod golden query,
+#: experiments/query_encoder.md), which needs no torch and embeds a query in about a third of
+#: the CPU (rag serve at 8 concurrent clients: p50 41 vs 101 ms, docs/performance.md)
+SERVING_QUERY_BACKEND = "onnx"
+
+
+def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
+    """Set ``embedder.query_backend`` to ``backend`` on the composed ``cfg`` unless the
+    caller chose one (an ``embedder.query_backend`` override), the embedder is not a
+    sentence-transformers model, runs in another dtype than float32 (the other runtime's
+    quantization is another model), or an abstention calibration is configured (its
+    thresholds were fitted with the torch query encoder, and
+    :func:`rag.eval.transfer.check_model` refuses them for another)."""
+    if _has_override(overrides, "embedder.query_backend") or cfg.abstain.calibration:
+        return
+    if str(getattr(cfg.embedder.kind, "value", cfg.embedder.kind)) != "sentence_transformers":
+        return
+    if str(getattr(cfg.embedder.dtype, "value", cfg.embedder.dtype)) != "float32":
+        return
+    cfg.embedder.query_backend = backend
+
+
+def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
+          corpus_dir: Path | None = None, query_backend: str | None = None):
+    """(cfg, index, manifest): the published index of the configured corpus.
+
+    ``corpus_dir`` (``-r DIR`` / ``--path DIR``) is set on the composed config as data
+    (:func:`set_corpus_dir`); ``corpus.name`` from it unless ``overrides`` set one. The index
+    lives under :func:`rag.index.versioned.index_dir` keyed by the corpus name and the resolved
+    directory (or sdist), so two directories that share a name never share an index.
+
+    With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build.
+    Otherwise the current build is loaded — no corpus read — and refused if its embedder or
+    dimension differs from the config (with ``strict=False`` the error is returned in the
+    manifest's ``refused`` field instead of raised); with no build yet, or a build recorded
+    for another corpus directory, one is built and published first.
+
+    ``query_backend`` (``rag search``: ``onnx``) is the default ``embedder.query_backend``
+    (:func:`default_query_backend`): with ``onnx`` queries are embedded by an ONNX export of
+    the model (``embedder.onnx_path``, by default an fp32 export with the torch model's
+    vectors) and torch is never imported unless chunks must be embedded or the export made
+    (a build); the build's chunk embeddings are the torch model's either way.
+    """
+    import logging
+
+    from rag.app.config import expand_path, validate
+    from rag.index import versioned
+    from rag.corpus.fetch import corpus_root
+    from rag.core.errors import RunError
+    from rag.app.stages import STAGES, index_settings
+
+    for name in ("sentence_transformers", "bm25s", "transformers"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        cfg = compose_config(overrides)
+        if corpus_dir is not None:
+            set_corpus_dir(cfg, corpus_dir, keep_name=_has_override(overrides, "corpus.name"))
+        if query_backend is not None:
+            default_query_backend(cfg, overrides, query_backend)
+        validate(cfg)
+        name = corpus_name(cfg)  # refused before anything is created
+        identity = corpus_identity(cfg)
+        source = identity.get("corpus_root") or identity["corpus_sdist"]
+        root_dir = versioned.index_dir(expand_path(cfg.paths.cache_dir), name, source)
+        embedder = STAGES.embedder(cfg)
+        backend = str(getattr(cfg.bm25.backend, "value", cfg.bm25.backend))
+        if not publish:
+            try:
+                index, manifest = versioned.load_current(root_dir, embedder, bm25_backend=backend,
+                                                         k1=cfg.bm25.k1, b=cfg.bm25.b,
+                                                         expect=identity)
+                # a link template decides no index content: applied at answer time instead
+                changed = [c for c in versioned.settings_changes(manifest, index_settings(cfg))
+                           if c != "corpus.url_template"]
+                if not changed:
+                    return cfg, index, manifest
+                # walk rules, chunker, tokenizer or header differ: never serve it
+                print(f"warning: the published build {manifest.get('build_id')} was made with "
+                      f"other settings ({', '.join(changed)}); rebuilding it", file=sys.stderr)
+            except versioned.NoIndexError:
+                pass  # first use: build and publish below
+            except versioned.CorpusMismatchError as exc:
+                print(f"warning: {exc}; rebuilding it for this corpus", file=sys.stderr)
+            except versioned.IndexMismatchError as exc:
+                if strict:
+                    raise RunError(str(exc)) from exc
+                return cfg, None, {"refused": str(exc)}
+        root = corpus_root(cfg)
+        index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
+        from rag.core.trace_links import resolve_source
+
+        # the commit its hits' links are pinned to, resolved once for this build
+        source = resolve_source(root, url_template=cfg.corpus.url_template or None)
+        # the chunks' model (a split embedder's queries use an encoder declared compatible)
+        versioned.publish(index, root_dir, source=source.as_dict(),
+                          embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
+                          dim=embedder.dim,
+                          normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
+                          corpus_sdist=identity.get("corpus_sdist"),
+                          settings=index_settings(cfg))
+        return cfg, index, versioned.read_manifest(root_dir)
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
+
+
+def search_abstention(cfg, index):
+    """(search options, learned gate or None): the config's search flags with the abstention
+    that ``abstain.signal`` / ``abstain.calibration`` ask for — the same setup the ledger's run
+    uses (:func:`rag.eval.transfer.abstention_setup`), so `rag search` and `rag serve` abstain as the
+    measured row did.
+
+    Raises:
+        SystemExit (:class:`CliError`): the calibration cannot be read or applied.
+    """
+    from rag.app.config import ledger_uri
+    from rag.core.errors import RunError
+    from rag.eval.transfer import abstention_setup
+    from rag.search.pipeline import SearchOptions
+
+    try:
+        cal = None
+        if cfg.abstain.calibration:
+            from rag.eval.transfer import TransferError
+            from rag.ledger.calibration import load_calibration
+
+            try:
+                cal = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
+            except TransferError as exc:
+                raise RunError(str(exc)) from None
+        dense = getattr(index, "dense", None)
+        options, gate, _ = abstention_setup(
+            cfg, SearchOptions.from_config(cfg), cal,
+            model_id=dense.embedder.model_id if dense is not None else "",
+            golden_fingerprint="", has_reranker=False, has_dense=dense is not None)
+        return options, gate
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
+
+
+def link_source(cfg, manifest: dict[str, Any]):
+    """The :class:`rag.core.trace_links.SourceRef` a build's hits link with: the commit its manifest
+    recorded (``source``) and ``corpus.url_template`` if set, else the recorded template."""
+    from rag.core.trace_links import SourceRef
+
+    return SourceRef.from_dict(manifest.get("source")).with_template(cfg.corpus.url_template)
+
+
+def index_info(manifest: dict[str, Any], *, max_age_h: float, now: float | None = None) -> dict:
+    """What a search answer says about the build that served it: ``version``, ``built_at``
+    (epoch seconds), ``age_s``, ``stale`` (older than ``max_age_h`` hours, ``index.max_age_h``:
+    still served, flagged) and the ``commit`` / ``dirty`` its links are pinned to. ``now``:
+    epoch seconds (default: the clock). All None for a manifest without a build time."""
+    from rag.index.versioned import age_hours
+
+    src = manifest.get("source") or {}
+    if "built_at" not in manifest:
+        return {"version": None, "built_at": None, "age_s": None, "stale": None,
+                "commit": None, "dirty": None}
+    age = age_hours(manifest, now)
+    return {"version": manifest["build_id"], "built_at": manifest["built_at"],
+            "age_s": round(age * 3600, 1), "stale": age > float(max_age_h),
+            "commit": src.get("commit"), "dirty": src.get("dirty")}
+
+
+def hit_dicts(hits, source) -> list[dict[str, Any]]:
+    """The hits as they are answered (``rag search --json``, ``rag serve``): the seed's hit
+    shape without ``score``, plus ``url`` (:func:`rag.core.trace_links.hit_url`; None when it has
+    none)."""
+    from rag.core.trace_links import hit_url
+
+    return [{**{k: v for k, v in h.as_dict().items() if k != "score"}, "url": hit_url(h, source)}
+            for h in hits]
+
+
+def search_command(args: Namespace, *, now: float | None = None) -> int:
+    """Run one query and print the hits as a table or, with ``--json``, in the hit shape.
+
+    ``--check-links`` sends bounded HEAD requests to the URLs of the first ``links.top_n``
+    hits (rag/core/trace_links.py) and reports them (``links`` in the JSON); it never changes the
+    exit status. ``now`` (epoch seconds) is the clock the index's age is read with.
+
+    Returns:
+        :attr:`~rag.core.exit_codes.ExitCode.OK` when hits were returned or abstention dropped them
+        (an answer: nothing here is relevant enough), :attr:`~rag.core.exit_codes.ExitCode.NO_RESULT`
+        when nothing was ranked at all (no lexical match, a type filter that leaves nothing).
+    """
+    from rag.core.exit_codes import ExitCode
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    overrides = list(args.overrides)
+    if args.mode:
+        overrides.append(f"search.mode={args.mode}")
+    if args.top_k is not None:
+        overrides.append(f"search.top_k={args.top_k}")
+    path = Path(args.corpus).expanduser().resolve() if args.corpus else None
+    if not args.query.strip():
+        raise fail("empty query")
+    cfg, index, manifest = _load(overrides, corpus_dir=path, query_backend=SERVING_QUERY_BACKEND)
+    opts, gate = search_abstention(cfg, index)
+    if args.types:
+        opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
+    res = SearchPipeline(index, opts, gate=gate).search(args.query)
+    source = link_source(cfg, manifest)
+    info = index_info(manifest, max_age_h=cfg.index.max_age_h, now=now)
+    out: dict[str, Any] = {
+        "hits": hit_dicts(res.hits, source),
+        "index": info,
+        "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
+        "top_dense": res.top_dense, "reason": res.reason,
+        "timings_ms": {k: round(v, 3) for k, v in res.timings_ms.items()},
+    }
+    if info["stale"]:
+        print(f"warning: index {info['version']} is {info['age_s'] / 3600:.1f} h old "
+              f"(index.max_age_h={cfg.index.max_age_h:g}); still served, flagged stale: true; "
+              "run `rag index` to refresh it", file=sys.stderr)
+    report = None
+    if getattr(args, "check_links", False):
+        from rag.core.trace_links import check_from_config
+
+        top = out["hits"][:int(cfg.links.top_n)]
+        report = check_from_config(list(dict.fromkeys(h["url"] for h in top if h["url"])),
+                                   cfg.links)
+        out["links"] = report.as_dict()
+    _print_result(res, out, as_json=args.json)  # a closed stdout: rag.core.exit_codes.guarded
+    if report is not None and not args.json:
+        print("\n".join(report.lines()))
+    return int(ExitCode.NO_RESULT if not res.hits and not res.dropped else ExitCode.OK)
+
+
+def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
+    """The result as JSON, or as a table (no table when nothing was returned); each hit's URL,
+    when it has one, on the line below it."""
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"route {res.route}  dropped {res.dropped}  weak_match {res.weak_match}  "
+          f"({res.timings_ms['total']:.1f} ms)")
+    if not res.hits:
+        print(f"no hits: {res.reason or 'nothing retrieved'}")
+        return
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    # a column per stage that scored any hit (every registered channel, rrf, rerank)
+    stages = [s for s in dict.fromkeys(k for h in res.hits for k in h.scores)
+              if any(h.scores.get(s) is not None for h in res.hits)]
+    print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} "
+          + " ".join(f"{s:>7}" for s in stages))
+    for i, (h, d) in enumerate(zip(res.hits, out["hits"]), 1):
+        loc = f"{h.path}:{h.start_line}-{h.end_line}"
+        print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
+              + " ".join(f"{fmt(h.scores.get(s)):>7}" for s in stages))
+        if d.get("url"):
+            print(f"    {d['url']}")
+
+
+def index_command(args: Namespace) -> int:
+    """Build or update the index of a corpus and print what was (re)done."""
+    overrides = list(args.overrides)
+    if getattr(args, "corpus", None):
+        overrides.append(f"corpus={args.corpus}")
+    path = Path(args.path).expanduser().resolve() if args.path else None
+    cfg, index, manifest = _load(overrides, publish=True, corpus_dir=path)
+    s = index.stats
+    how = "unchanged since the last build: chunks loaded from the chunk store" \
+        if not s.get("corpus_read") else "corpus read and chunked"
+    from rag.corpus.languages import describe_languages
+
+    print(f"indexed {s.get('files_indexed')} files, {s.get('chunks')} chunks ({how}); "
+          f"chunks embedded: {s.get('chunks_embedded')}, from the embedding cache: "
+          f"{s.get('chunks_from_cache')}; truncated at {cfg.embedder.max_seq_length} word "
+          f"pieces: {100 * float(s.get('chunks_truncated_share', 0)):.1f}%")
+    if (langs := describe_languages(s)) is not None:
+        print(langs)
+    if s.get("corpus_read"):
+        changes = s.get("files_changed")
+        if changes is not None:
+            print(f"files added {s.get('files_added')}, changed {changes}, "
+                  f"removed {s.get('files_removed')} since the previous build; files re-chunked: "
+                  f"{s.get('files_rechunked')}")
+    print(f"published build {manifest['build_id']} ({manifest['embedder_id'].split('|')[0]}, "
+          f"dim {manifest['dim']})")
+    _prepare_query_encoder(cfg)
+    return 0
+
+
+def _prepare_query_encoder(cfg) -> None:
+    """Make the ONNX export `rag search` embeds queries with (``embedder.onnx_path=export``)
+    now, while torch is loaded anyway, so that no later query imports it. Best effort: a
+    failure is a warning (`rag search` would then try again)."""
+    e = cfg.embedder
+    if str(getattr(e.kind, "value", e.kind)) != "sentence_transformers" or e.onnx_path != "export":
+        return
+    try:
+        from rag.app.config import expand_path
+        from rag.index.onnx_embedder import resolve_onnx_path
+
+        resolve_onnx_path(e.onnx_path, model_path=e.model_path,
+                          cache_dir=expand_path(cfg.paths.cache_dir))
+    except Exception as exc:  # noqa: BLE001 - optional speed-up, reported
+        print(f"warning: could not export the query encoder to ONNX ({type(exc).__name__}: "
+              f"{exc}); `rag search` will embed queries with torch or export it then",
+              file=sys.stderr)

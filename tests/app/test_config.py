@@ -1,0 +1,114 @@
+"""No silent mislabelling (issue 11): unknown keys, the corpus's own name, golden sets of
+another corpus, MLFLOW_TRACKING_URI and paths.output_dir."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from conftest import PROJECT
+from rag.app.config import default_corpus_name, ledger_uri, output_path, validate
+
+
+def test_unknown_keys_are_refused_with_the_closest_known(compose):
+    with pytest.raises(ValueError, match=r"unknown config key 'search.mdoe'; did you mean 'search.mode'"):
+        validate(compose(["+search.mdoe=bm25"]))
+    with pytest.raises(ValueError, match=r"unknown config key 'searchh'; did you mean 'search'"):
+        validate(compose(["+searchh.mode=bm25"]))
+    validate(compose(["search.mode=bm25"]))  # a known key passes
+    validate(compose(["+sweep=routing"]))  # so does every sweep file's key
+
+
+def test_corpus_name_is_the_corpus_own(compose, tmp_path):
+    assert compose([]).corpus.name == "flask-3.1.3"
+    repo = tmp_path / "myrepo"
+    repo.mkdir()
+    assert compose([f"corpus.path={repo}"]).corpus.name == "myrepo"
+    assert compose([f"corpus.path={repo}", "corpus.name=other"]).corpus.name == "other"
+    assert default_corpus_name(None, "requests==2.32.3") == "requests-2.32.3"
+    odd = default_corpus_name(str(tmp_path / "it's"), None)
+    assert odd.startswith("it_s-") and "'" not in odd
+    with pytest.raises(ValueError, match="corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm"):
+        default_corpus_name(None, None)
+
+
+def test_output_dir_moves_every_written_path(compose, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAG_OUTPUT_DIR", raising=False)
+    cfg = compose([f"paths.output_dir={tmp_path}"])
+    assert ledger_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert output_path(cfg, cfg.tracking.artifact_root) == tmp_path / "mlartifacts"
+    assert output_path(cfg, cfg.tracking.report_path) == tmp_path / "reports" / "ledger.md"
+    default = compose([])
+    assert ledger_uri(default) == f"sqlite:///{PROJECT / 'mlflow.db'}"
+
+
+def test_mlflow_tracking_uri_is_honoured(compose, tmp_path, monkeypatch):
+    from rag.app.config import default_tracking_uri
+
+    monkeypatch.delenv("RAG_OUTPUT_DIR", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'team.db'}")
+    assert ledger_uri(compose([])) == f"sqlite:///{tmp_path / 'team.db'}"
+    assert default_tracking_uri(None) == f"sqlite:///{tmp_path / 'team.db'}"
+    assert default_tracking_uri("sqlite:///x.db") == f"sqlite:///{PROJECT / 'x.db'}"
+    # an explicit tracking.uri still wins
+    assert ledger_uri(compose(["tracking.uri=sqlite:////abs/l.db"])) == "sqlite:////abs/l.db"
+
+
+def test_golden_set_of_another_corpus_fails_in_one_line(tmp_path, fixture_repo):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag.run", f"corpus.path={fixture_repo}",
+         f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path}"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 2
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1, proc.stderr
+    assert "'flask-3.1.3'" in err[0] and "'repo'" in err[0] and "eval.golden_dir" in err[0]
+    db = tmp_path / "mlflow.db"  # the store may be opened before evaluation; no row in it
+    if db.exists():
+        import sqlite3
+
+        with sqlite3.connect(db) as con:
+            assert con.execute("select count(*) from runs").fetchone()[0] == 0
+
+
+def test_plain_typo_on_the_command_line_names_the_closest_key():
+    from rag.app.config import check_override_keys
+
+    with pytest.raises(ValueError, match=r"'search.mdoe'; did you mean 'search.mode'"):
+        check_override_keys(["search.mdoe=bm25"])
+    with pytest.raises(ValueError, match=r"'searchh.mode'; did you mean 'search.mode'"):
+        check_override_keys(["searchh.mode=bm25"])
+    # groups, sweeps, hydra keys, options and known keys pass
+    check_override_keys(["+sweep=routing", "rerank=cross_encoder", "hydra/launcher=joblib",
+                         "hydra.launcher.n_jobs=2", "--cfg", "job", "search.mode=bm25",
+                         "~rerank.model", "abstain.calibration=abc"])
+
+
+def test_escaping_corpus_name_is_refused_by_the_runner(compose):
+    with pytest.raises(ValueError, match="corpus.name='../../x' cannot be used as a folder name"):
+        validate(compose(["corpus.name=../../x"]))
+
+
+def test_schema_keys_read_from_the_dataclasses_equal_the_structured_configs_keys():
+    """schema_keys walks the dataclasses instead of building OmegaConf.structured(RagConfig)
+    (the slow part of every cold command); both must list the same dotted keys, dict fields
+    with default items included."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from rag.app.config import RagConfig, schema_keys
+
+    def keys(node, prefix=""):
+        out = set()
+        for k, v in node.items_ex(resolve=False):
+            out.add(f"{prefix}{k}")
+            if isinstance(v, DictConfig):
+                out |= keys(v, f"{prefix}{k}.")
+        return out
+
+    got = schema_keys()
+    assert got == keys(OmegaConf.structured(RagConfig))
+    assert {"search.top_k", "embedder.backend", "bm25.k1"} <= got

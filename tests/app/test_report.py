@@ -1,0 +1,174 @@
+"""Markdown ledger rendering: single runs, sweep sections, Holm-corrected marks."""
+
+from __future__ import annotations
+
+import re
+
+from rag.ledger.report import LedgerRow, render_ledger
+
+
+def _row(rid, t, *, sweep=None, job=None, baseline=False, **metrics):
+    tags = {"model_id": "m|x"}
+    if sweep:
+        tags.update(sweep_name=sweep, sweep_id=f"{sweep}-1", sweep_job=job,
+                    sweep_baseline="search.mode=dense", is_baseline=str(baseline).lower())
+    return LedgerRow(run_id=rid, experiment="rag-x", run_name=job or "", start_time_ms=t,
+                     params={"search.mode": (job or "auto").split("=")[-1]},
+                     metrics={"mrr": 0.5, "recall_at_8": 0.6, **metrics}, tags=tags)
+
+
+def test_sweep_section_with_holm_marks():
+    rows = [
+        _row("a" * 32, 1, sweep="routing", job="search.mode=dense", baseline=True),
+        _row("b" * 32, 2, sweep="routing", job="search.mode=bm25", mrr_delta=0.1, mrr_p=0.01,
+             recall_at_8_delta=0.05, recall_at_8_p=0.03),
+        _row("c" * 32, 3, sweep="routing", job="search.mode=auto", mrr_delta=-0.02, mrr_p=0.04,
+             recall_at_8_delta=0.0, recall_at_8_p=0.9),
+        _row("d" * 32, 0),
+    ]
+    text = render_ledger(rows, source="sqlite:///x")
+    assert "## Single runs" in text and "`dddddddd`" in text
+    assert "## Sweep `routing`" in text and "(row `aaaaaaaa`)" in text
+    # Holm over MRR p = [0.01, 0.04]: 0.01*2 = 0.02 (*), max(0.02, 0.04*1) = 0.04 (*)
+    assert "+0.100 (p 0.020*)" in text and "-0.020 (p 0.040*)" in text
+    # Holm over Recall@8 p = [0.03, 0.9]: 0.06 (no mark), 0.9
+    assert "+0.050 (p 0.060)" in text and "+0.000 (p 0.900)" in text
+    only = render_ledger(rows, source="sqlite:///x", sweep="routing")
+    assert "Single runs" not in only and len(re.findall(r"^\| `[0-9a-f]{8}`", only, flags=re.M)) == 3
+    assert "No rows for sweep `topk`" in render_ledger(rows, source="s", sweep="topk")
+
+
+def test_rerank_sweep_shows_pool_recall_and_gate_table():
+    base = _row("a" * 32, 1, sweep="rerank", job="search.mode=auto rerank=disabled", baseline=True,
+                abstain_rate=0.4, false_weak_rate=0.1, n_negatives=25.0, n_positives=104.0,
+                candidate_pool_recall=0.9)
+    base.params.update({"abstain.min_dense": "0.45", "abstain.weak_dense": "0.55",
+                        "rerank.enabled": "False", "rerank.candidates": "40"})
+    ce = _row("b" * 32, 2, sweep="rerank", job="search.mode=auto rerank=cross_encoder",
+              candidate_pool_recall=0.9, latency_rerank_p50_ms=812.5,
+              **{"rerank_gate/0.05/abstain_rate": 0.96, "rerank_gate/0.05/false_weak_rate": 0.3,
+                 "rerank_gate/0.5/abstain_rate": 1.0, "rerank_gate/0.5/false_weak_rate": 0.6})
+    ce.params.update({"rerank.enabled": "True", "rerank.kind": "cross_encoder"})
+    text = render_ledger([base, ce], source="s", sweep="rerank")
+    assert "Recall@40 of the candidate pool" in text
+    assert "| off |" in text and "| cross_encoder |" in text
+    assert "| `search.mode=auto rerank=disabled`: dense floor 0.45 + note 0.55 | 0.400 | 0.100 | 0 |" in text
+    assert ("| `search.mode=auto rerank=cross_encoder`: cross_encoder score < 0.05 | 0.960 | "
+            "0.300 | +812.5 |") in text
+    assert "cross_encoder score < 0.5 | 1.000 | 0.600 | +812.5 |" in text
+    assert "abstain (25 negatives)" in text and "false_weak (104 positives)" in text
+    # another sweep gets neither the pool column nor a gate table
+    other = render_ledger([_row("c" * 32, 1, sweep="routing", job="search.mode=bm25", baseline=True,
+                                candidate_pool_recall=0.5)], source="s")
+    assert "candidate pool" not in other and "Abstention gate" not in other
+
+
+def test_unfinished_rows_are_listed_with_their_start_time_and_state():
+    h = 3_600_000
+    running = LedgerRow(run_id="e" * 32, experiment="rag-x", run_name="", start_time_ms=0,
+                        tags={"sweep_name": "routing", "sweep_job": "search.mode=bm25"},
+                        status="RUNNING")
+    killed = LedgerRow(run_id="f" * 32, experiment="rag-x", run_name="old", start_time_ms=h,
+                       status="KILLED")
+    failed = LedgerRow(run_id="0" * 32, experiment="rag-y", run_name="bad", start_time_ms=2 * h,
+                       status="FAILED")
+    done = _row("d" * 32, 0)
+    text = render_ledger([done], source="s", unfinished=[failed, killed, running],
+                         now_ms=int(2.5 * h))
+    assert "## Unfinished rows" in text and "3 ledger rows never finished" in text
+    table = text[text.index("| run | experiment |"):text.index("# rag-x")]
+    assert table.splitlines()[2:5] == [
+        "| `eeeeeeee` | rag-x | search.mode=bm25 | 1970-01-01 00:00 | interrupted: RUNNING for 2.5 h |",
+        "| `ffffffff` | rag-x | old | 1970-01-01 01:00 | interrupted: marked KILLED |",
+        "| `00000000` | rag-y | bad | 1970-01-01 02:00 | failed while logging |"]
+    assert "`dddddddd`" in text[text.index("## Single runs"):]  # the finished row, in its table
+    # a sweep's section lists only that sweep's unfinished rows, even with no finished row
+    only = render_ledger([], source="s", sweep="routing", unfinished=[running, killed],
+                         now_ms=int(2.5 * h))
+    assert "1 ledger row never finished" in only and "`eeeeeeee`" in only
+    assert "`ffffffff`" not in only and "No rows for sweep `routing`" in only
+    assert "Unfinished rows" not in render_ledger([done], source="s")
+
+
+def _ledger_with_interrupted_rows(tmp_path):
+    """A store with one finished row, one RUNNING for 30 h and one RUNNING since now."""
+    import time
+
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ledger = Ledger(uri, tmp_path / "art")
+    done = ledger.log_row(experiment="rag-shop", run_name="done", params={"search.mode": "bm25"},
+                          metrics={"mrr": 0.5}, tags={"corpus": "shop"}, artifacts={})
+    exp = ledger.experiment_id("rag-shop")
+    now = int(time.time() * 1000)
+    old = ledger.client.create_run(exp, start_time=now - 30 * 3_600_000, run_name="killed-job",
+                                   tags={"corpus": "shop"}).info.run_id
+    fresh = ledger.client.create_run(exp, run_name="just-started",
+                                     tags={"corpus": "shop"}).info.run_id
+    return uri, ledger, done, old, fresh
+
+
+def test_report_shows_interrupted_rows_and_marks_them_killed_after_the_grace_period(tmp_path,
+                                                                                   capsys):
+    import datetime as dt
+
+    from rag.app.report import main
+
+    uri, ledger, done, old, fresh = _ledger_with_interrupted_rows(tmp_path)
+    out = tmp_path / "ledger.md"
+    assert main(["--tracking-uri", uri, "--out", str(out)]) == 0
+    text = out.read_text()
+    started = dt.datetime.fromtimestamp(ledger.client.get_run(old).info.start_time / 1000,
+                                        tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    assert f"| `{old[:8]}` | rag-shop | killed-job | {started} | interrupted: RUNNING for 30.0 h |" in text
+    assert f"`{fresh[:8]}`" in text and f"`{done[:8]}` done" in text
+    assert ledger.client.get_run(old).info.status == "RUNNING"  # a report alone edits nothing
+
+    # default grace period (24 h): only the row RUNNING for 30 h is marked
+    assert main(["--tracking-uri", uri, "--out", str(out), "--mark-killed-after-h"]) == 0
+    assert f"marked 1 run(s) RUNNING for more than 24 h as KILLED: {old[:8]}" in capsys.readouterr().out
+    statuses = {r: ledger.client.get_run(r).info.status for r in (done, old, fresh)}
+    assert statuses == {done: "FINISHED", old: "KILLED", fresh: "RUNNING"}
+    text = out.read_text()
+    assert f"| `{old[:8]}` | rag-shop | killed-job | {started} | interrupted: marked KILLED |" in text
+    assert "2 ledger rows never finished" in text
+
+    assert main(["--tracking-uri", uri, "--out", str(out), "--mark-killed-after-h", "0"]) == 0
+    assert ledger.client.get_run(fresh).info.status == "KILLED"
+
+
+def test_report_on_a_store_that_is_not_a_database_is_one_error_line(tmp_path, capsys):
+    from rag.app.cli import main as rag_main
+    from rag.app.report import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    out = tmp_path / "ledger.md"
+    for run in (lambda a: main(a), lambda a: rag_main(["report", *a])):
+        assert run(["--tracking-uri", f"sqlite:///{notes}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"error: cannot open the ledger at sqlite:///{notes}: {notes} is not an "
+                       "SQLite database"]
+    missing = tmp_path / "missing.db"
+    assert main(["--tracking-uri", f"sqlite:///{missing}", "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not out.exists() and not missing.exists()
+    assert notes.read_text() == "not a database\n"
+
+
+def test_a_sweep_names_its_own_columns():
+    base = _row("a" * 32, 1, sweep="indexing", job="embedder=minilm", baseline=True,
+                **{"index/embed_s": 73.46, "index/tokens_embedded": 250_000.0})
+    short = _row("b" * 32, 2, sweep="indexing", job="embedder=minilm_seq128",
+                 **{"index/embed_s": 40.04, "index/tokens_embedded": 150_000.0})
+    for r in (base, short):
+        r.params["sweep.columns"] = "[index/embed_s, index/tokens_embedded]"
+    text = render_ledger([base, short], source="s", sweep="indexing")
+    header = next(line for line in text.splitlines() if line.startswith("| job |"))
+    assert header.endswith("| embed s | word pieces embedded |")
+    assert "| 73.5 | 250000 |" in text and "| 40.0 | 150000 |" in text
+    # a sweep that names none has no such columns
+    plain = render_ledger([_row("c" * 32, 1, sweep="routing", job="search.mode=bm25",
+                                baseline=True, **{"index/embed_s": 1.0})], source="s")
+    assert "embed s" not in plain

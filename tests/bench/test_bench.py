@@ -1,0 +1,175 @@
+"""python -m rag.bench on tiny inputs: structure and values, never times.
+
+The in-process sections run on the fixture repository (a replicated corpus of ~60 chunks,
+1,000-vector dense matrices, 300 synthetic queries); the sections that start whole
+``rag.app.run`` processes are covered through their helpers (overrides that keep the ledger out of
+the project, the child-process measurement, the cold cache directory), not run here.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+
+def test_in_process_sections_on_fixture(fixture_repo, fixture_golden, tmp_path, monkeypatch):
+    from rag.bench import main
+
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "bench.md"
+    rc = main(["--quick", "--sections", "bm25,dense,build,eval,latency", "--bm25-chunks", "60",
+               "--dense-sizes", "500,1000", "--eval-queries", "300", "--embed-sample", "4",
+               "--no-ranx", "--out", str(out), f"corpus.path={fixture_repo}", "corpus.name=shop",
+               f"eval.golden_dir={fixture_golden}"])
+    assert rc == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["machine"]["cores"] >= 1 and data["versions"]["numpy"] == np.__version__
+
+    # 1. BM25: same rankings as rank_bm25 on every golden query, on both corpora
+    for key in ("default", "replicated"):
+        b = data["bm25"][key]
+        assert b["rankings_identical"] == b["rankings_compared"] == 4, b["rankings_differing_queries"]
+        assert b["max_score_diff_relative_to_top"] < 1e-5
+        for s in ("build_ours", "build_rank_bm25", "query_ours", "query_rank_bm25"):
+            assert b[s]["min"] <= b[s]["median"] <= b[s]["max"]
+        assert b["query_speedup_p50"] > 0
+    rep = data["bm25"]["replicated"]
+    assert rep["chunks"] >= 60 and rep["chunks"] % data["bm25"]["default"]["chunks"] == 0
+
+    # 2. dense: one row per size, ratio = ours / (floor encode + floor mat-vec)
+    sizes = data["dense"]["sizes"]
+    assert [s["vectors"] for s in sizes] == [500, 1000]
+    for s in sizes:
+        assert s["ratio"] == pytest.approx(s["ours_total"]["median"] / s["floor_ms"])
+        assert s["ours_embed"]["n"] == s["queries"] * s["passes"]
+
+    # 3. build: the warm re-run embeds nothing; ours and encode() give the same vectors
+    b = data["build"]
+    assert b["warm"]["stats_with_chunk_store"]["chunks_embedded"] == 0
+    assert b["warm"]["stats_with_chunk_store"]["corpus_read"] == 0
+    assert b["warm"]["stats_without_chunk_store"]["chunks_embedded"] == 0
+    assert b["embedding"]["chunks_embedded"] == b["embedding"]["sample_chunks"] == 4
+    assert b["embedding"]["max_abs_diff_vs_encode"] < 1e-5
+
+    # 4. evaluation: every per-query value equals trec_eval's exactly
+    e = data["evaluation"]
+    assert e["queries"] == 300 and e["all_equal_trec_eval"] is True
+    assert e["max_abs_diff_trec_eval"] == 0.0
+    assert all(v["equal_trec_eval"] == 300 for v in e["comparison"].values())
+    assert e["ranx_note"].startswith("skipped")
+
+    # 6. per-mode latency, late-interaction rerank included (it needs no training)
+    modes = data["latency"]["modes"]
+    assert {"bm25", "dense", "hybrid", "auto"} <= set(modes)
+    assert any(m.startswith("rerank (late_interaction") for m in modes)
+    assert modes["bm25"]["seed_p50_ms"] == 2.0
+
+    md = out.read_text()
+    for heading in ("## Targets", "## 1. BM25", "## 2. Dense", "## 3. Index build",
+                    "## 4. Evaluation", "## 6. End to end"):
+        assert heading in md, heading
+    assert "different hardware" in md
+
+
+def test_unknown_section_is_an_error():
+    from rag.bench import main
+
+    with pytest.raises(SystemExit, match="unknown section"):
+        main(["--sections", "bm25,nope"])
+
+
+def test_runs_log_into_the_scratch_directory_only(tmp_path):
+    from rag.bench.runs import scratch_overrides
+
+    ov = dict(o.split("=", 1) for o in scratch_overrides(tmp_path, "job"))
+    assert set(ov) == {"tracking.uri", "tracking.artifact_root", "tracking.report_path",
+                       "hydra.run.dir", "hydra.sweep.dir"}
+    assert ov["tracking.uri"] == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert all(v.removeprefix("sqlite:///").startswith(str(tmp_path)) for v in ov.values())
+
+
+def test_child_run_measures_peak_memory_and_reports_failure(tmp_path):
+    from rag.bench.measure import ChildFailed, run_child
+
+    touch = ("import time; b = bytearray(120 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+             "time.sleep(0.5)")
+    run = run_child([sys.executable, "-c", touch], log=tmp_path / "ok.log")
+    # the child's own peak, not this (larger) test process's forked copy
+    assert run.returncode == 0 and 120 <= run.max_rss_mib < 400 and run.wall_s > 0
+    with pytest.raises(ChildFailed, match="exited 3"):
+        run_child([sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
+                  log=tmp_path / "bad.log")
+
+
+def test_cold_cache_keeps_only_the_corpus_and_optionally_the_embeddings(tmp_path):
+    from rag.bench.runs import cold_cache
+    from rag.index.dense import _safe_name
+
+    src = tmp_path / "cache"
+    (src / "corpora" / "flask-3.1.3" / "flask-3.1.3").mkdir(parents=True)
+    (src / "corpora" / "flask-3.1.3" / ".complete").write_text("x\n")
+    (src / "chunks").mkdir()
+    (src / "chunks" / "store.json").write_text("{}")
+    emb = src / "embeddings" / f"{_safe_name('model|v1')}.sqlite"
+    emb.parent.mkdir()
+    with sqlite3.connect(emb) as db:
+        db.execute("CREATE TABLE emb (hash TEXT)")
+        db.execute("INSERT INTO emb VALUES ('h1')")
+    cfg = SimpleNamespace(paths=SimpleNamespace(cache_dir=str(src)),
+                          corpus=SimpleNamespace(path=None))
+    embedder = SimpleNamespace(model_id="model|v1")
+
+    cold = tmp_path / "cold"
+    what = cold_cache(cfg, embedder, cold, keep_embeddings=False)
+    assert (cold / "corpora" / "flask-3.1.3" / ".complete").is_file()
+    assert not (cold / "chunks").exists() and not (cold / "embeddings").exists()
+    assert "corpus" in what
+
+    what = cold_cache(cfg, embedder, cold, keep_embeddings=True)
+    with sqlite3.connect(cold / "embeddings" / emb.name) as db:
+        assert db.execute("SELECT hash FROM emb").fetchall() == [("h1",)]
+    assert not (cold / "chunks").exists() and "embedding cache" in what
+
+
+def test_synthetic_evaluation_case_is_like_for_like():
+    from rag.bench.evaluation import synthetic_case
+
+    run, qrels = synthetic_case(500)
+    assert set(run) == set(qrels)
+    for q, scores in run.items():
+        assert len(set(scores.values())) == len(scores)  # no ties
+        assert any(g > 0 for g in qrels[q].values())
+    assert 0 < sum(1 for s in run.values() if not s) < 100
+
+
+def test_render_marks_a_missed_target():
+    from rag.bench.render import targets
+
+    res = {"bm25": {"target_chunks": 50000,
+                    "replicated": {"query_speedup_p50": 4.0, "chunks": 50304}},
+           "dense": {"sizes": [{"ratio": 1.1, "vectors": 10000}, {"ratio": 1.4, "vectors": 10**6}]},
+           "evaluation": {"all_equal_trec_eval": True, "queries": 10, "measures": ["mrr"],
+                          "max_abs_diff_trec_eval": 0.0}}
+    assert [t["met"] for t in targets(res)] == [False, False, True]
+
+
+def test_dense_scores_split_into_row_blocks_equal_one_product(monkeypatch, embedder):
+    import rag.index.dense as dense
+
+    rng = np.random.default_rng(1)
+    m = rng.standard_normal((3001, 384), dtype=np.float32)
+    q = rng.standard_normal(384, dtype=np.float32)
+    ch = dense.DenseChannel(embedder, m)
+    whole = ch.scores(q)
+    monkeypatch.setattr(dense, "PARALLEL_MIN_ROWS", 1000)
+    monkeypatch.setattr(dense, "_cores", lambda: 3)
+    split = ch.scores(q)
+    assert np.array_equal(split, whole)
+    assert ch.top(split, 5) == ch.top(whole, 5)
+    assert [i for i, _ in ch.top(split, 5)] == list(np.argsort(-whole, kind="stable")[:5])
