@@ -92,10 +92,10 @@ def logs():
 
 
 def rejected(lines: list[str]) -> list[dict]:
-    """The JSON ``rejected`` log lines of rag.app.serve."""
+    """The JSON ``rejected`` log lines of the rag.serve logger."""
     out = []
     for line in lines:
-        if line.startswith("rag.app.serve "):
+        if line.startswith("rag.serve "):
             entry = json.loads(line.split(" ", 2)[2])
             if entry.get("event") == "rejected":
                 out.append(entry)
@@ -224,7 +224,7 @@ def test_odd_but_valid_text_is_searched(client, logs):
         r = client.post("/search", json={"query": query})
         assert r.status_code == 200, (query[:20], r.text)
         assert SENTINEL not in r.text
-    lines = [json.loads(line.split(" ", 2)[2]) for line in logs if line.startswith("rag.app.serve ")]
+    lines = [json.loads(line.split(" ", 2)[2]) for line in logs if line.startswith("rag.serve ")]
     assert [line["query_chars"] for line in lines] == [len(SENTINEL) + 1, len(SENTINEL) + 5, 3,
                                                        len(SENTINEL) + 50, 2000]
     assert not any(SENTINEL in line for line in logs)
@@ -318,7 +318,7 @@ def test_internal_bug_is_a_500_logged_without_query_text(served, logs, monkeypat
     assert r.status_code == 500 and r.json() == {"detail": "internal error"}
     assert SENTINEL not in r.text
     errors = [json.loads(line.split(" ", 2)[2]) for line in logs
-              if line.startswith("rag.app.serve ERROR ")]
+              if line.startswith("rag.serve ERROR ")]
     assert len(errors) == 1 and errors[0]["error"] == "KeyError" and errors[0]["route"] == "/search"
     assert any("in broken" in w for w in errors[0]["where"])
     assert not any(SENTINEL in line for line in logs)
