@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import textwrap
 from pathlib import Path
@@ -127,8 +128,39 @@ def fixture_golden(tmp_path: Path) -> Path:
                                             "negatives.yaml": FIXTURE_NEGATIVES})
 
 
+@functools.cache
+def empty_mlflow_store() -> Path:
+    """An MLflow SQLite store whose tables are at the installed MLflow's schema head and that
+    holds no experiment, made once per test process (removed at exit). Creating a store runs
+    every MLflow migration (about 2.5 s here); a copy of this one takes a millisecond and is
+    what MLflow would have made: on first open it adds its default experiment (id 0, with the
+    opener's artifact root) because the table is empty, as it does in a new store
+    (``SqlAlchemyStore.__init__``, mlflow 3.x)."""
+    import atexit
+    import shutil
+    import sqlite3
+    import tempfile
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = Path(tempfile.mkdtemp(prefix="rag-empty-mlflow-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    db = folder / "mlflow.db"
+    SqlAlchemyStore(f"sqlite:///{db}", str(folder / "artifacts")).engine.dispose()
+    with sqlite3.connect(db) as con:
+        con.execute("delete from experiment_tags")
+        con.execute("delete from experiments")
+    return db
+
+
 def run_overrides(tmp_path: Path, repo: Path, golden: Path, *extra: str) -> list[str]:
-    """Hydra overrides that point every path of a run into ``tmp_path``."""
+    """Hydra overrides that point every path of a run into ``tmp_path``; its ledger,
+    ``tmp_path / "mlflow.db"``, starts as a copy of :func:`empty_mlflow_store` when absent."""
+    import shutil
+
+    if not (tmp_path / "mlflow.db").exists():
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(empty_mlflow_store(), tmp_path / "mlflow.db")
     return [
         "corpus.name=shop", f"corpus.path={repo}", f"eval.golden_dir={golden}",
         f"paths.cache_dir={tmp_path / 'cache'}",

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from rag.eval.measures import flagged
+
 EXIT_PASS = 0
 EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
@@ -63,8 +65,8 @@ class GateOptions:
     CLI's defaults are read from here).
 
     Attributes:
-        metrics: row metric names gated (headline; ``tag.<tag>.`` forms are added by
-            ``per_tag``).
+        metrics: row metric names gated (by default those declared ``gated=`` in
+            rag/eval/measures/; ``tag.<tag>.`` forms are added by ``per_tag``).
         margin: allowed move in the wrong direction, absolute, in the metric's units.
         margins: per-metric margins (metric name -> margin) that replace ``margin``.
         alpha: the family-wise significance level for Holm's correction.
@@ -73,7 +75,7 @@ class GateOptions:
         n_resamples, seed: of the randomization test and bootstrap (the sweep's values).
     """
 
-    metrics: tuple[str, ...] = ("mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate")
+    metrics: tuple[str, ...] = flagged("gated")
     margin: float = 0.01
     margins: tuple[tuple[str, float], ...] = ()
     alpha: float = 0.05

@@ -30,12 +30,12 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
+from rag.eval.measures import flagged
 from rag.eval.metric_names import TAG_PREFIX, split_tag_metric
 
-# what a reader compares rows on, in this order (absent ones are skipped)
-HEADLINE: tuple[str, ...] = (
-    "mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate", "abstain_rate",
-    "false_weak_rate", "dropped_rate", "latency_p50_ms", "latency_p95_ms")
+# what a reader compares rows on, in this order (absent ones are skipped): declared with
+# ``headline=`` in rag/eval/measures/
+HEADLINE: tuple[str, ...] = flagged("headline")
 
 # sweep significance of a job against its baseline row (rag.ledger.sweep.sweep_significance)
 BASELINE_GROUP = "vs_baseline"

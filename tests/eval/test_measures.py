@@ -4,6 +4,7 @@ the sweep significance and the expected-score pinning."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from rag.eval.expected import pin_per_query
 from rag.eval.measures import (lower_is_better, measure_of, per_query_column, pinned_column,
@@ -76,3 +77,45 @@ def test_sweep_tests_and_pinned_columns_are_the_declared_ones():
         "recall_at_8", "hit_at_8", "ndcg_at_10", "mrr", "judged_at_8", "recall_at_40"]
     table = "query_id,kind,mrr,semble_ndcg_at_10,recall_at_8,latency_ms\nq1,positive,0.5,0.3,1.0,2.0\n"
     assert pin_per_query(table).splitlines()[0] == "query_id,kind,mrr,recall_at_8"
+
+
+def test_headline_and_gated_names_come_from_the_declarations():
+    from rag.app.gate import GateOptions
+    from rag.eval.measures import flagged
+    from rag.ledger.metric_groups import HEADLINE
+
+    # the lists these replaced (rag/ledger/metric_groups.py and rag/gate.py at e7f5c46)
+    assert HEADLINE == ("mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate",
+                        "abstain_rate", "false_weak_rate", "dropped_rate", "latency_p50_ms",
+                        "latency_p95_ms")
+    assert GateOptions().metrics == flagged("gated") == (
+        "mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate")
+    assert all(not lower_is_better(m) for m in flagged("gated"))
+    with pytest.raises(ValueError, match="no measure flag 'shown'"):
+        flagged("shown")
+
+
+def test_every_list_of_metric_names_in_the_code_names_declared_metrics():
+    """The display choices that remain lists (a report's columns, a table's metrics) may only
+    name metrics the registry declares: a renamed or forgotten metric fails here, not silently
+    as an empty column."""
+    from rag.app.golden_cli import POWER_METRICS
+    from rag.bench.launchers import QUALITY
+    from rag.eval.expected import DEFAULT_METRICS
+    from rag.eval.metric_names import split_tag_metric
+    from rag.ledger import frame, report, suite_tables
+
+    lists = {
+        "rag/ledger/frame.py COLUMNS": frame.COLUMNS,
+        "rag/ledger/report.py COLUMNS": [k for _, kind, k in report.COLUMNS if kind == "metric"],
+        "rag/ledger/suite_tables.py METRICS": suite_tables.METRICS,
+        "rag/app/golden_cli.py POWER_METRICS": POWER_METRICS,
+        "rag/eval/expected.py DEFAULT_METRICS": DEFAULT_METRICS,
+        "rag/bench/launchers.py QUALITY": QUALITY,
+    }
+    undeclared = {where: [m for m in names
+                          if measure_of((split_tag_metric(m) or ("", m))[1]) is None]
+                  for where, names in lists.items()}
+    assert all(len(names) > 0 for names in lists.values())
+    assert {k: v for k, v in undeclared.items() if v} == {}
+    assert measure_of("recall_at_eight") is None  # the check can fail

@@ -46,6 +46,13 @@ class Measure:
             built-ins): ``compute(ranking, rel)`` -> float, or ``compute(ranking, rel, k)``
             for a family; None for the built-ins and for measures computed elsewhere.
         cutoffs: a computed family's cut-offs (``ndcg_at_`` style names ``<name><k>``).
+        headline: the names of this measure a reader compares rows on, as suffixes of
+            ``name`` (``ONE`` for the measure itself, ``("8",)`` for ``recall_at_8``,
+            ``("_p50_ms",)`` for ``latency_p50_ms``): logged first on every row, the first
+            columns of a sweep's summary and of the MLflow screenshots
+            (rag.ledger.metric_groups.HEADLINE = :func:`flagged` ``("headline")``).
+        gated: the names ``rag gate`` compares by default, as suffixes as in ``headline``
+            (rag.app.gate.GateOptions.metrics = :func:`flagged` ``("gated")``).
     """
 
     name: str
@@ -56,6 +63,8 @@ class Measure:
     source: str = ""
     compute: Compute | None = None
     cutoffs: tuple[int, ...] = ()
+    headline: tuple[str, ...] = ()
+    gated: tuple[str, ...] = ()
 
     def values(self, ranking: Sequence[str], rel: Mapping[str, int]) -> dict[str, float]:
         """This computed measure on one query: metric name -> value.
@@ -81,27 +90,35 @@ class Measure:
         return None if self.per_query is None else (self.per_query or metric)
 
 
+#: ``headline=ONE`` / ``gated=ONE``: the measure's own name (no suffix)
+ONE: tuple[str, ...] = ("",)
+
+#: in the order rows log their headline metrics and ``rag gate`` lists its default metrics
 BUILTIN: tuple[Measure, ...] = (
-    Measure("mrr", significance=True, pinned=True, source="rag/eval/metrics.py"),
+    Measure("mrr", significance=True, pinned=True, source="rag/eval/metrics.py",
+            headline=ONE, gated=ONE),
     Measure("recall_at_", significance=True, pinned=True,
-            source="trec_eval recall (rag/eval/metrics.py)"),
+            source="trec_eval recall (rag/eval/metrics.py)", headline=("8",), gated=("8",)),
     Measure("ndcg_at_", significance=True, pinned=True,
-            source="Järvelin & Kekäläinen 2002 (rag/eval/metrics.py)"),
+            source="Järvelin & Kekäläinen 2002 (rag/eval/metrics.py)",
+            headline=("10",), gated=("10",)),
+    Measure("answer_support_rate", per_query="answer_support", significance=True,
+            headline=ONE, gated=ONE),
+    Measure("abstain_rate", per_query=None, headline=ONE),
+    Measure("false_weak_rate", lower_is_better=True, per_query="false_weak", headline=ONE),
+    Measure("dropped_rate", lower_is_better=True, per_query=None, headline=ONE),
+    Measure("latency", lower_is_better=True, per_query=None,  # latency_*: every latency
+            headline=("_p50_ms", "_p95_ms")),
     Measure("hit_at_", pinned=True, source="rag/eval/metrics.py"),
     Measure("judged_at_", pinned=True, source="ir_measures Judged@k (rag/eval/evaluate.py)"),
     Measure("semble_ndcg_at_", significance=True,
             source="MinishLab/semble benchmarks/metrics.py (rag/eval/chunk_metrics.py)"),
-    Measure("answer_support_rate", per_query="answer_support", significance=True),
-    Measure("false_weak_rate", lower_is_better=True, per_query="false_weak"),
     Measure("candidate_pool_recall", per_query="candidate_hit"),
-    Measure("dropped_rate", lower_is_better=True, per_query=None),
     Measure("missing_queries", lower_is_better=True, per_query=None),
     Measure("failed_queries", lower_is_better=True, per_query=None),
     Measure("filter_false_negative_rate", lower_is_better=True, per_query=None),
     Measure("context_chars_mean", lower_is_better=True, per_query=None),
     Measure("context_tokens_mean", lower_is_better=True, per_query=None),
-    Measure("latency", lower_is_better=True, per_query=None),  # latency_*: every latency
-    Measure("abstain_rate", per_query=None),
 )
 
 
@@ -136,6 +153,24 @@ def _lookup() -> tuple[dict[str, Measure], list[Measure]]:
     ms = registered()
     exact = {m.name: m for m in ms if not m.family and m.name != "latency"}
     return exact, sorted((m for m in ms if m.family), key=lambda m: -len(m.name))
+
+
+@functools.cache
+def flagged(flag: str) -> tuple[str, ...]:
+    """The metric names a measure flag selects, in registration order: each measure's
+    ``name`` followed by each suffix it lists under ``flag`` (``"headline"`` or ``"gated"``).
+
+    Raises:
+        ValueError: ``flag`` is not one of those fields, or a name it makes is not declared
+            (a suffix that does not complete a family's ``<name><k>``).
+    """
+    if flag not in ("headline", "gated"):
+        raise ValueError(f"no measure flag {flag!r} (headline, gated)")
+    names = tuple(m.name + s for m in registered() for s in getattr(m, flag))
+    bad = [n for n in names if measure_of(n) is None]
+    if bad:
+        raise ValueError(f"{flag}: {', '.join(bad)} name no declared metric")
+    return names
 
 
 def measure_of(metric: str) -> Measure | None:
