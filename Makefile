@@ -101,11 +101,13 @@ sysdeps:
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1) \
 	  || echo "note: chromium not installed (apt-get unavailable or not root): rag ledger screenshots cannot run and tests/ledger/test_ledger_screenshots.py is skipped; install Debian's chromium by hand to use it"
 
+# the whole suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= auto
 test: $(TSTAMP) sysdeps peers
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist load
 
 test-fast: $(TSTAMP) sysdeps peers
-	$(PY) -m pytest -m "not integration"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist load -m "not integration"
 
 clean:
 	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache site

@@ -330,6 +330,7 @@ def test_unreachable_tracking_server_fails_fast_before_evaluating(tmp_path, fixt
     uri = f"http://127.0.0.1:{port}"
     overrides = [o for o in run_overrides(tmp_path, fixture_repo, fixture_golden)
                  if not o.startswith("tracking.uri=")]
+    (tmp_path / "mlflow.db").unlink()  # run_overrides' empty local store: none may appear
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT",
