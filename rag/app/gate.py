@@ -289,6 +289,8 @@ class Check:
         lower_is_better: the metric's direction.
         n: paired queries (None: margin only).
         p, p_holm, ci_low, ci_high: the paired test (None: margin only).
+        mde: the minimum detectable effect of the pairs (α 0.05, power 0.8; None: margin
+            only) — :func:`rag.eval.significance.compare_paired`, as sweeps log it.
         verdict: regression, improvement, drop_not_significant, rise_not_significant,
             within_margin.
     """
@@ -305,6 +307,7 @@ class Check:
     p_holm: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    mde: float | None = None
     verdict: str = WITHIN_MARGIN
 
     @property
@@ -325,7 +328,7 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
         GateError: a gated headline metric is on neither the per-query tables nor both rows.
     """
     from rag.eval.metric_names import split_tag_metric, tag_metric
-    from rag.eval.significance import paired_randomization
+    from rag.eval.significance import compare_paired
 
     notes: list[str] = []
     common = None
@@ -376,11 +379,12 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
             a = va.loc[common_ids].to_numpy()
             b = vb.loc[common_ids].to_numpy()
             try:
-                t = paired_randomization(a, b, n_resamples=options.n_resamples, seed=options.seed)
+                t = compare_paired(a, b, n_resamples=options.n_resamples, seed=options.seed)
             except ValueError as exc:
                 raise GateError(f"{name}: {exc}") from None
             checks.append(Check(baseline=t.mean_a, candidate=t.mean_b, delta=t.delta, n=t.n,
-                                p=t.p_value, ci_low=t.ci_low, ci_high=t.ci_high, **kw))
+                                p=t.p_value, ci_low=t.ci_low, ci_high=t.ci_high,
+                                mde=t.mde, **kw))
             continue
         if name in base.metrics and name in cand.metrics:
             if common is not None:

@@ -8,6 +8,9 @@
   (percentile method).
 * :func:`holm` — Holm's step-down correction of a family of p-values (Holm, "A simple
   sequentially rejective multiple test procedure", Scand. J. Statistics 1979).
+* :func:`compare_paired` — the comparison every consumer makes (sweeps against their baseline,
+  suites, ``rag gate``): the randomization test and bootstrap interval above, plus the
+  minimum detectable effect of the same pairs.
 * :func:`minimum_detectable_effect` and :func:`required_queries` — power of a paired test
   (two-sided, normal-theory paired t: MDE = (t_{1-α/2,n-1} + t_{power,n-1}) · sd(d) / √n;
   Cohen, "Statistical Power Analysis for the Behavioral Sciences", 1988, ch. 2). The
@@ -128,6 +131,37 @@ def minimum_detectable_effect(sd_diff: float, n: int, *, alpha: float = ALPHA,
         return float("nan")
     df = n - 1
     return float((student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)) * sd_diff / np.sqrt(n))
+
+
+@dataclass(frozen=True)
+class PairedComparison(PairedTest):
+    """A :class:`PairedTest` with the power of the same pairs.
+
+    Attributes:
+        sd_diff: sd (ddof=1) of the per-query differences, or its estimate from the baseline's
+            spread when every difference is 0 (:func:`paired_sd`).
+        mde: :func:`minimum_detectable_effect` of ``sd_diff`` on ``n`` pairs (α 0.05, power 0.8).
+    """
+
+    sd_diff: float = float("nan")
+    mde: float = float("nan")
+
+
+def compare_paired(a: Sequence[float], b: Sequence[float], *, n_resamples: int = 10_000,
+                   seed: int = 0) -> PairedComparison:
+    """System B against baseline A on the same queries: :func:`paired_randomization` (p and the
+    95% bootstrap CI of mean(b - a)) and the minimum detectable effect of these pairs.
+
+    Args:
+        a, b: per-query values of the baseline and the system, same length and query order.
+        n_resamples, seed: of the randomization test and the bootstrap.
+
+    Raises:
+        ValueError: as :func:`paired_randomization`.
+    """
+    test = paired_randomization(a, b, n_resamples=n_resamples, seed=seed)
+    sd, _ = paired_sd(a, b)
+    return PairedComparison(**vars(test), sd_diff=sd, mde=minimum_detectable_effect(sd, test.n))
 
 
 def paired_sd(a: Sequence[float], b: Sequence[float], *, assumed_correlation: float = 0.5) -> tuple[float, str]:

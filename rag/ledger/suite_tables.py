@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from rag.eval.significance import holm, paired_randomization
+from rag.eval.significance import compare_paired, holm
 
 #: the metrics of the tables; the first is the primary one (significance, the headline)
 METRICS = ("semble_ndcg_at_10", "semble_ndcg_at_5", "ndcg_at_10", "mrr", "recall_at_10")
@@ -191,7 +191,7 @@ def _significance(configs: list[dict[str, Any]], base: dict[str, Any], metric: s
                     common = [q for q in left.index if q in right.index]
                     a += [float(left[q]) for q in common]
                     b += [float(right[q]) for q in common]
-            tests.append(paired_randomization(a, b, seed=seed) if a else None)
+            tests.append(compare_paired(a, b, seed=seed) if a else None)
         ps = holm([t.p_value for t in tests if t is not None])
         it = iter(ps)
         for c, t in zip(others, tests):

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from rag.eval.significance import holm, minimum_detectable_effect, paired_randomization, paired_sd
+from rag.eval.significance import compare_paired, holm
 
 SWEEP_FILE = "sweep.json"
 
@@ -115,11 +115,10 @@ def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 
             continue
         a = baseline.loc[common, m].astype(float).to_numpy()
         b = job.loc[common, m].astype(float).to_numpy()
-        res = paired_randomization(a, b, seed=seed)
-        sd, _ = paired_sd(a, b)
+        res = compare_paired(a, b, seed=seed)
         out.update({f"{m}_delta": res.delta, f"{m}_p": res.p_value,
                     f"{m}_ci_low": res.ci_low, f"{m}_ci_high": res.ci_high,
-                    f"{m}_mde": minimum_detectable_effect(sd, len(common))})
+                    f"{m}_mde": res.mde})
     return out
 
 

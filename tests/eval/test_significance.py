@@ -94,3 +94,22 @@ def test_minimum_detectable_effect_by_hand():
     assert sd == pytest.approx(np.std([0, 1, 0, 1], ddof=1)) and "assumed correlation 0.5" in how
     sd, how = paired_sd([0.0, 0.0, 1.0], [1.0, 0.0, 1.0])
     assert sd == pytest.approx(np.std([1, 0, 0], ddof=1)) and how == "observed differences"
+
+
+def test_compare_paired_is_the_randomization_test_plus_the_mde_of_the_same_pairs():
+    import numpy as np
+    from scipy.stats import t as student_t
+
+    from rag.eval.significance import compare_paired, paired_randomization
+
+    a = [1.0, 0.5, 0.0, 0.333, 1.0, 0.25, 0.0, 1.0]
+    b = [1.0, 1.0, 0.5, 0.333, 0.5, 1.0, 0.2, 1.0]
+    c = compare_paired(a, b, n_resamples=2000, seed=3)
+    t = paired_randomization(a, b, n_resamples=2000, seed=3)
+    assert (c.n, c.delta, c.p_value, c.ci_low, c.ci_high) == (t.n, t.delta, t.p_value, t.ci_low,
+                                                               t.ci_high)
+    d = np.array(b) - np.array(a)
+    sd = float(np.std(d, ddof=1))
+    n = len(d)
+    by_hand = (student_t.ppf(0.975, n - 1) + student_t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+    assert c.sd_diff == pytest.approx(sd) and c.mde == pytest.approx(by_hand)

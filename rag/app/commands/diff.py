@@ -1,0 +1,55 @@
+"""``rag diff RUN_A RUN_B``: the per-query comparison of two ledger rows (rag/ledger/diff.py)."""
+
+from __future__ import annotations
+
+import sys
+
+from rag.app.commands import no_rest
+
+NAME, ORDER = "diff", 30
+
+
+def add_parser(sub):
+    from rag.app.config import add_tracking_uri_argument
+
+    p = sub.add_parser("diff", help="per-query comparison of two ledger rows")
+    p.add_argument("run_a", help="baseline run id (or a unique prefix, e.g. from reports/ledger.md)")
+    p.add_argument("run_b", help="the other run id (or a unique prefix)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
+    p.add_argument("--changed-only", action="store_true",
+                   help="list only the queries whose rank, losing stage or answer changed")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="rich tables: auto = on a terminal (default), plain text otherwise")
+    add_tracking_uri_argument(p)
+    return p
+
+
+def run(args, rest, parser) -> int:
+    """Exit 0, or 2 with one ``error:`` line when a row is unknown or ambiguous, the store is
+    missing or not a database, a row has no per_query.csv, or the rows are from different
+    corpora or share no positive query."""
+    no_rest(rest, parser)
+    import json
+
+    from rag.app.config import default_tracking_uri
+    from rag.golden.review import use_color
+    from rag.ledger.diff import DiffError, compare_rows, print_rich, render_text
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+
+    uri = default_tracking_uri(args.tracking_uri)
+    try:
+        summary = compare_rows(Ledger(uri, create=False), args.run_a, args.run_b, top=args.top,
+                               changed_only=args.changed_only)
+    except (LookupError, LedgerError, DiffError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # a closed stdout (`rag diff ... | head`) raises BrokenPipeError: guarded (rag.app.cli.main)
+    # makes it exit 141 without a traceback
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif use_color(args.color, sys.stdout):
+        print_rich(summary)
+    else:
+        print(render_text(summary))
+    return 0
