@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE := 1
 help:
 	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
 	@echo "make test       install with test extras, run the whole test suite"
-	@echo "make test-fast  tests without the real-corpus integration tests"
+	@echo "make test-fast  the edit loop: tests without the integration and slow ones"
 	@echo "make report     rewrite reports/ledger.md from mlflow.db"
 	@echo "make docs       build the documentation site into site/ (warnings are errors)"
 	@echo "make peers      install the peers evaluated through rag (semble 0.7.0)"
@@ -107,7 +107,7 @@ test: $(TSTAMP) sysdeps peers
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist load
 
 test-fast: $(TSTAMP) sysdeps peers
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist load -m "not integration"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist load -m "not integration and not slow"
 
 clean:
 	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache site

@@ -11,13 +11,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# under pytest-xdist (make test: -n auto) each worker is one of several processes sharing the
-# cores; torch's intra-op threads (in the worker and in every `python -m rag.*` it starts)
-# default to every core, and oversubscribed they spin against each other. Each worker gets
-# its share of the cores instead (a value set by the caller wins).
-if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0))
-                                        // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -255,7 +248,9 @@ def ledger_is_empty(db: Path) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """The tests marked ``integration`` (real corpora, whole sweeps: the longest ones) run
-    first, in their collected order, then the rest: with ``make test``'s workers
-    (pytest-xdist, ``--dist load``) the long tests start at once, spread over the workers,
-    and the short ones fill in, instead of one long test starting last."""
-    items.sort(key=lambda item: item.get_closest_marker("integration") is None)
+    first, then those marked ``slow``, each in their collected order, then the rest: with
+    ``make test``'s workers (pytest-xdist, ``--dist load``) the long tests start at once,
+    spread over the workers, and the short ones fill in, instead of one long test starting
+    last."""
+    items.sort(key=lambda item: (item.get_closest_marker("integration") is None,
+                                 item.get_closest_marker("slow") is None))

@@ -15,6 +15,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None,
                     reason="mkdocs not installed (make test installs it)")
+@pytest.mark.slow
 def test_the_site_builds_strict_and_documents_every_config_key(tmp_path):
     mkdocs = Path(sys.executable).parent / "mkdocs"
     import os

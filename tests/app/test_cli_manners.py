@@ -56,6 +56,7 @@ def test_version_and_completion_scripts(capsys):
     assert exc.value.code == ExitCode.ERROR
 
 
+@pytest.mark.slow
 def test_closed_stdout_exits_141_without_a_traceback(tmp_path):
     proc = rag("completion", "bash", closed_stdout=True)
     assert proc.returncode == ExitCode.BROKEN_PIPE and proc.stderr == ""
@@ -68,6 +69,7 @@ def test_closed_stdout_exits_141_without_a_traceback(tmp_path):
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_values_and_group_options_exit_2_in_one_line():
     for args, where in ((["search.top_k=many"], "search.top_k='many'"),
                         (["corpus=nosuch"], "corpus=nosuch: no such corpus config"),
@@ -117,6 +119,7 @@ def test_search_exit_codes_hits_urls_and_stale_index(tmp_path, monkeypatch, caps
         assert ("is 25.0 h old (index.max_age_h=24)" in captured.err) is stale
 
 
+@pytest.mark.slow
 def test_run_checks_trace_links_on_a_loopback_server_and_writes_no_progress_frames(
         tmp_path):
     closed = free_port()

@@ -95,6 +95,7 @@ def test_experiment_artifact_folder_stays_under_the_artifact_root(tmp_path):
 
 # --- rag index / rag search on directories with any legal name ----------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dirname", ODD_NAMES)
 def test_index_and_search_a_directory_with_an_odd_name(env, tmp_path, capsys, dirname):
     corpus = write_tree(tmp_path / "corpora" / dirname, FIXTURE_FILES)
@@ -112,6 +113,7 @@ def test_index_and_search_a_directory_with_an_odd_name(env, tmp_path, capsys, di
     assert tree(tmp_path / "home") == set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["../../x", "a/b", "..", "${oc.env:HOME}"])
 def test_escaping_corpus_names_are_refused_and_nothing_is_written(env, tmp_path, capsys, name):
     corpus = write_tree(tmp_path / "corpora" / "tiny", FIXTURE_FILES)
@@ -140,6 +142,7 @@ def own_paths(capsys, corpus: Path) -> set[str]:
     return {h["path"] for h in out["hits"]}
 
 
+@pytest.mark.slow
 def test_two_directories_with_the_same_name_get_their_own_index(env, tmp_path, capsys):
     a, b = two_tiny_dirs(tmp_path)
     assert main(["index", "--path", str(a)]) == 0
@@ -156,6 +159,7 @@ def test_two_directories_with_the_same_name_get_their_own_index(env, tmp_path, c
     assert sorted(manifests) == sorted([str(a.resolve()), str(b.resolve())])
 
 
+@pytest.mark.slow
 def test_a_build_of_another_directory_is_rebuilt_not_served(env, tmp_path, capsys, monkeypatch):
     """Were two directories ever to map to one index folder (the old name-only layout, a hash
     collision), the recorded corpus_root makes search rebuild rather than answer from the
@@ -174,6 +178,7 @@ def test_a_build_of_another_directory_is_rebuilt_not_served(env, tmp_path, capsy
     assert versioned.read_manifest(env / "indexes" / "tiny")["corpus_root"] == str(b.resolve())
 
 
+@pytest.mark.slow
 def test_overrides_after_the_query_and_the_options(env, tmp_path, capsys):
     corpus = write_tree(tmp_path / "corpora" / "it's", FIXTURE_FILES)
     query = "send money back for a cancelled order"

@@ -55,6 +55,7 @@ def test_mlflow_tracking_uri_is_honoured(compose, tmp_path, monkeypatch):
     assert ledger_uri(compose(["tracking.uri=sqlite:////abs/l.db"])) == "sqlite:////abs/l.db"
 
 
+@pytest.mark.slow
 def test_golden_set_of_another_corpus_fails_in_one_line(tmp_path, fixture_repo):
     import subprocess
     import sys

@@ -34,6 +34,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "configs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o) or "defaults")
 def test_a_cached_composition_equals_hydras(cache, compose, overrides):
     from rag.app.search_cli import compose_config

@@ -289,6 +289,7 @@ def cases(root):
             for c in root.iter("testcase")]
 
 
+@pytest.mark.slow
 def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_path):
     uri, ids, _, _ = store
     code, out, err, root, md = gate([ids["base"], ids["same"], "--tracking-uri", uri], capsys,
@@ -532,6 +533,7 @@ def test_json_never_prints_nan():
     assert json.loads(text)["checks"][0]["baseline"] is None
 
 
+@pytest.mark.slow
 def test_gate_to_a_closed_stdout_exits_141_silently(store):
     from conftest import run_rag
 
@@ -576,6 +578,7 @@ def fixture_rows(tmp_path_factory, embedder):
     return uri, {n: row_by_name(ledger, n) for n in runs}
 
 
+@pytest.mark.slow
 def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, capsys, tmp_path):
     uri, ids = fixture_rows
     code, _, err, root, md = gate([ids["hybrid"], ids["again"], "--tracking-uri", uri, "--per-tag"],
@@ -618,6 +621,7 @@ def test_fixture_rows_diff_names_the_losing_stage(fixture_rows, capsys):
     assert "0 changed" in out
 
 
+@pytest.mark.slow
 def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     """The gate `make test` runs: `rag gate golden/expected.yaml --fresh` re-runs the fixture's
     pinned condition (python -m rag.run, as CI would) and must pass against it."""

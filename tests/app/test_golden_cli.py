@@ -28,6 +28,7 @@ def row(tmp_path, fixture_repo, fixture_golden, compose, embedder, monkeypatch):
     return uri, run.info.run_id, metrics
 
 
+@pytest.mark.slow
 def test_golden_power_from_a_pilot_row(row, capsys):
     from rag.app.cli import main
     from rag.eval.significance import minimum_detectable_effect, required_queries
@@ -50,6 +51,7 @@ def test_golden_power_from_a_pilot_row(row, capsys):
         assert why in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_golden_expected_round_trip(row, tmp_path, capsys):
     from rag.app.cli import main
 

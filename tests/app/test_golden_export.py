@@ -223,6 +223,7 @@ ROW_QRELS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hybrid", "bm25"])
 def test_row_qrels_and_run_rescored_by_trec_eval(tmp_path, fixture_repo, compose, embedder,
                                                   monkeypatch, mode):

@@ -33,6 +33,7 @@ def _rag_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixture_golden,
                                                     compose, embedder, monkeypatch):
     from mlflow.tracking import MlflowClient
@@ -140,6 +141,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     assert len(re.findall(r"^\| `[0-9a-f]{8}`", (tmp_path / "ledger.md").read_text(), flags=re.M)) == 3
 
 
+@pytest.mark.slow
 def test_missing_label_path_fails_and_writes_no_row(tmp_path, fixture_repo, fixture_golden):
     q = fixture_golden / "queries.yaml"
     q.write_text(q.read_text().replace("path: docs/guide.md", "path: docs/missing.md")
@@ -152,6 +154,7 @@ def test_missing_label_path_fails_and_writes_no_row(tmp_path, fixture_repo, fixt
     assert _mlflow_runs(tmp_path / "mlflow.db") == []
 
 
+@pytest.mark.slow
 def test_empty_corpus_is_a_clear_error(tmp_path, fixture_golden):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -200,6 +203,7 @@ def test_dense_exact_cosine_matches_numpy(fixture_repo, embedder, tmp_path):
     assert index.chunks[top[0][0]].symbol == "refund_order"
 
 
+@pytest.mark.slow
 def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golden):
     marker = "zanzibar quokka marmalade"
     q = fixture_golden / "queries.yaml"
@@ -216,6 +220,7 @@ def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golde
         assert "quokka" not in text and "xylophone" not in text
 
 
+@pytest.mark.slow
 def test_every_sweep_file_composes_and_validates(compose):
     """No sweep file rots: every job of every sweep composes against the schema and passes
     validation (a dry run of each job's config), and the baseline is the first job."""
@@ -270,6 +275,7 @@ def test_chunk_store_skips_reading_an_unchanged_corpus(tmp_path, fixture_repo):
     assert fourth.stats["corpus_read"] == 1
 
 
+@pytest.mark.slow
 def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_golden, compose,
                                                  embedder, monkeypatch):
     """Issue 11: only abstain.* changes -> every ranking metric bit-identical, the returned

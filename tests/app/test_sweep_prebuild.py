@@ -290,6 +290,7 @@ SESSION_SCRIPT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 def test_local_ray_instance_listens_on_loopback_only_and_stops(tmp_path):
     """hydra/launcher=ray's defaults start an instance whose every listening socket (GCS,
     raylet, agents, the driver's and workers' gRPC servers) is on loopback, with token

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 
+@pytest.mark.slow
 def test_in_process_sections_on_fixture(fixture_repo, fixture_golden, tmp_path, monkeypatch):
     from rag.bench import main
 

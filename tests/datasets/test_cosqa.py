@@ -139,6 +139,7 @@ COSQA = _shared_data() / "cosqa"
 @pytest.mark.integration
 @pytest.mark.skipif(not (COSQA / "code_idx_map.txt").is_file(),
                     reason=f"CoSQA data not supplied in {COSQA}")
+@pytest.mark.slow
 def test_real_cosqa_dev_converts_to_6267_functions_and_500_queries(tmp_path):
     from rag.corpus.walk import walk_corpus
     from rag.datasets.cosqa import convert

@@ -260,6 +260,7 @@ def _tags(tmp_path: Path, experiment: str) -> dict[str, str]:
     return runs[0].data.tags
 
 
+@pytest.mark.slow
 def test_round_trip_beir_and_trec_give_the_same_ranking_metrics(tmp_path, fixture_repo,
                                                                  compose, capsys):
     golden = write_tree(tmp_path / "golden", {"queries.yaml": ROUND_TRIP_QUERIES,
@@ -296,6 +297,7 @@ def test_round_trip_beir_and_trec_give_the_same_ranking_metrics(tmp_path, fixtur
     assert tags["dataset_negatives"] == str(trec / "negatives.tsv")
 
 
+@pytest.mark.slow
 def test_dataset_config_is_checked_and_errors_are_one_line(tmp_path, compose, fixture_repo):
     from rag.app.config import validate
     from rag.core.errors import RunError

@@ -226,6 +226,7 @@ def _score_outside_rag(jsonl: str, annotations: list[dict], k: int = 10) -> floa
     return sum(values) / len(values)
 
 
+@pytest.mark.slow
 def test_a_semble_row_logs_the_metric_and_its_chunk_run_rescores_to_it(tmp_path, compose):
     from rag.ledger.mlflow_store import Ledger
     from test_datasets import _run
@@ -248,6 +249,7 @@ def test_a_semble_row_logs_the_metric_and_its_chunk_run_rescores_to_it(tmp_path,
     assert metrics["tag.symbol.recall_at_40"] <= 2 / 3 + 1e-9
 
 
+@pytest.mark.slow
 def test_semble_suite_on_another_directory_logs_a_parent_with_tables(tmp_path):
     import subprocess
     import sys

@@ -228,6 +228,7 @@ def two_rows(tmp_path):
     return uri, ids
 
 
+@pytest.mark.slow
 def test_rag_diff_changed_only_names_the_stage_of_each_changed_query(two_rows, capsys):
     from rag.app.cli import main
 
@@ -280,6 +281,7 @@ def test_rag_diff_changed_only_names_the_stage_of_each_changed_query(two_rows, c
     assert len(json.loads(capsys.readouterr().out)["per_query"]) == len(ROWS_A)
 
 
+@pytest.mark.slow
 def test_rag_diff_rich_tables_on_a_terminal(two_rows, capsys):
     from rag.app.cli import main
 

@@ -74,6 +74,7 @@ def make_echo(cfg):
     return EchoRetriever(cfg)
 
 
+@pytest.mark.slow
 def test_run_trec_fed_back_reproduces_the_ranking_metrics(tmp_path, fixture_repo, fixture_golden,
                                                           compose, embedder, monkeypatch):
     from mlflow.tracking import MlflowClient

@@ -61,6 +61,7 @@ def test_bands_gate_model_and_source_checks():
     assert source_tag(cal, "g1") == "in_sample" and source_tag(cal, "g2") == "transferred"
 
 
+@pytest.mark.slow
 def test_run_tags_in_sample_and_transferred(tmp_path, fixture_repo, fixture_golden, compose,
                                             embedder, monkeypatch):
     from mlflow.tracking import MlflowClient

@@ -167,6 +167,7 @@ def test_pool_functions_and_judgement():
         pool([q], runs, depth=0)
 
 
+@pytest.mark.slow
 def test_pool_from_a_sqlite_mlflow_sweep(setup, capsys):
     from mlflow.tracking import MlflowClient
 

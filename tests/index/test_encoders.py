@@ -236,6 +236,7 @@ def test_identical_texts_are_embedded_once(tmp_path):
 
 @pytest.mark.parametrize("backend,dtype,bound", [("torch", "int8", 0.90), ("onnx", "int8", 0.95),
                                                  ("onnx", "float32", 0.99999)])
+@pytest.mark.slow
 def test_real_encoders_agree_with_fp32_torch(embedder, tmp_path_factory, backend, dtype, bound):
     """Measured here on these texts: torch int8 (per-channel) min cosine 0.947, onnx int8
     0.980, onnx fp32 1.00000; the bounds leave room for other CPUs' kernels."""

@@ -66,6 +66,7 @@ def onnx_embedder(request, onnx_cache):
                              onnx_path=request.param, max_seq_length=256, cache_dir=onnx_cache)
 
 
+@pytest.mark.slow
 def test_onnx_vectors_agree_with_the_torch_model(onnx_embedder, embedder):
     a = onnx_embedder.embed(TEXTS)
     b = embedder.embed(TEXTS)
@@ -171,6 +172,7 @@ def _rag(env: dict[str, str], *argv: str) -> tuple[dict, list[str]]:
     return json.loads(proc.stdout), heavy[0]
 
 
+@pytest.mark.slow
 def test_rag_search_imports_no_torch_and_ranks_as_torch_does(tmp_path, monkeypatch, capsys):
     import yaml
 

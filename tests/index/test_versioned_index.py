@@ -289,6 +289,7 @@ def _resave(build, **changes):
 @pytest.mark.parametrize("damage", [
     "negative_index", "float_indices", "n_docs_array", "scale_nan", "scale_not_k1", "data_inf",
     "indptr_decreasing", "indptr_huge", "data_2d", "indptr_float"])
+@pytest.mark.slow
 def test_a_saved_bm25_matrix_that_is_not_one_is_rebuilt_not_scored(built, embedder, tmp_path,
                                                                   capsys, damage):
     """Arrays of the right length but the wrong kind or values (which numpy would index or

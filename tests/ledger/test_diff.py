@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import pandas as pd
@@ -171,6 +173,7 @@ def test_negatives_whose_abstention_changed_are_listed():
     assert "3 shared negatives: A abstained on 2, B on 2" in text and "n2: A returned -> B dropped" in text
 
 
+@pytest.mark.slow
 def test_rag_diff_to_a_closed_stdout_exits_141_silently(tmp_path):
     from conftest import run_rag
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 import pandas as pd
 
@@ -59,6 +61,7 @@ def test_risk_coverage_plots_each_signal_with_its_aurc():
     assert [t.get_text() for t in empty.texts] == ["no abstention calibration in this row"]
 
 
+@pytest.mark.slow
 def test_row_figures_are_the_two_artifacts_and_render_to_png(tmp_path):
     out = figures.row_figures(_per_query(), CAL)
     assert list(out) == ["figures/score_histograms.png", "figures/risk_coverage.png"]

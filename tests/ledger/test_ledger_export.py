@@ -108,6 +108,7 @@ def _export(uri, fmt, out):
     (["--experiment", "nope"], "--experiment 'nope': no such experiment in the ledger "
                                "(known: rag-shop, rag-zod)"),
 ])
+@pytest.mark.slow
 def test_refusals_are_one_error_line(ledger_uri, argv, message, capsys):
     uri, _ = ledger_uri
     assert rag_cli(["ledger", "export", "--tracking-uri", uri, *argv]) == 2
@@ -122,6 +123,7 @@ def test_a_missing_store_is_not_created(tmp_path, capsys):
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.slow
 def test_export_to_a_closed_stdout_exits_141_silently(ledger_uri):
     uri, _ = ledger_uri
     proc = run_rag("ledger", "export", "--tracking-uri", uri, closed_stdout=True, timeout=300)

@@ -51,6 +51,7 @@ def _sweep_ledger(tmp_path) -> tuple[str, list[str]]:
 
 @pytest.mark.skipif(chromium_binary() is None,
                     reason="Debian's chromium is not installed (make sysdeps)")
+@pytest.mark.slow
 def test_screenshots_show_every_row_of_the_sweep(tmp_path, capsys):
     uri, ids = _sweep_ledger(tmp_path)
     out = tmp_path / "shots"

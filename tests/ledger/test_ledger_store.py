@@ -55,6 +55,7 @@ STARTER = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_processes_started_together_on_a_new_store_all_log_their_row(tmp_path, n):
     db = tmp_path / "mlflow.db"
@@ -167,6 +168,7 @@ def test_run_fails_before_any_work_when_the_store_cannot_be_opened(tmp_path, fix
         run_mod.run_job(off, stages=Never())
 
 
+@pytest.mark.slow
 def test_rag_run_on_a_store_that_is_not_a_database_prints_one_error_line(tmp_path, fixture_repo,
                                                                          fixture_golden):
     store = tmp_path / "mlflow.db"

@@ -3,6 +3,8 @@ figures inline (image/png outputs); the Pareto front helper is checked by hand."
 
 from __future__ import annotations
 
+import pytest
+
 import csv
 import io
 import os
@@ -64,6 +66,7 @@ def test_ledger_frame_reads_rows(tmp_path):
     assert df.mrr.tolist() == [0.60, 0.55, 0.59, 0.62]
 
 
+@pytest.mark.slow
 def test_notebook_executes_headless(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

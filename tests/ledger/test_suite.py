@@ -34,6 +34,7 @@ def test_suite_summary_by_hand():
     assert table[1]["corpora"]["rag-b"]["mrr_delta"] == -0.1
 
 
+@pytest.mark.slow
 def test_suite_multirun_rows_per_corpus_and_summary(tmp_path):
     """Two corpus configs found on hydra.searchpath, a suite over them combined with the
     routing sweep: 2 corpora x 2 modes = 4 rows, baselines paired within each corpus, one

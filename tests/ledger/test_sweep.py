@@ -36,6 +36,7 @@ def routing_sweep(tmp_path, fixture_repo, fixture_golden):
     return tmp_path, proc.stdout
 
 
+@pytest.mark.slow
 def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
     tmp_path, stdout = routing_sweep
     assert stdout.count("ledger row ") == 4
@@ -133,6 +134,7 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
     assert len(re.findall(r"^\| `[0-9a-f]{8}`", text, flags=re.M)) == 4  # one line per row
 
 
+@pytest.mark.slow
 def test_a_failing_job_leaves_a_flagged_incomplete_sweep(tmp_path, fixture_repo, fixture_golden):
     """top_k 10 and 20 fail validation (candidates=9 < top_k): the other jobs are still logged
     and compared, the parent run ends FAILED, and the report says the sweep is incomplete."""

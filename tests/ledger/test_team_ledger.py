@@ -324,6 +324,7 @@ def test_parallel_sweep_into_mlflow_server_on_postgresql(tmp_path, fixture_repo,
           f"total {time.monotonic() - t0:.1f} s")
 
 
+@pytest.mark.slow
 def test_unreachable_tracking_server_fails_fast_before_evaluating(tmp_path, fixture_repo,
                                                                  fixture_golden):
     port = _free_port()  # bound and closed again: nothing listens there

@@ -73,6 +73,7 @@ def test_a_missing_peer_is_unavailable_with_the_reason(tmp_path, monkeypatch):
         RipgrepRetriever()
 
 
+@pytest.mark.slow
 def test_a_run_with_a_missing_peer_is_skipped_and_writes_no_row(tmp_path):
     from semble_dataset import make_dataset
 
@@ -129,6 +130,7 @@ def _reference() -> dict[str, dict[str, str]]:
 @pytest.mark.skipif(not (SHARED / "repos.json").is_file(), reason="../shared/data/semble absent")
 @pytest.mark.parametrize("mode, column", [("ranked", "semble070_bm25_ranked_local"),
                                           ("bm25", "semble070_bm25_local")])
+@pytest.mark.slow
 def test_semble_through_rag_reproduces_reference_csv(tmp_path, mode, column):
     """Every repository of the shared suite within ±0.005 of semble 0.7.0's own local run."""
     from rag.ledger.mlflow_store import Ledger

@@ -244,6 +244,7 @@ def test_rerank_candidates_and_gate_on_the_rerank_score(fixture_repo, embedder, 
     assert len(out.hits) == 2 and not out.weak_match
 
 
+@pytest.mark.slow
 def test_runner_with_trained_cross_encoder_logs_gates_and_pool_recall(
         tmp_path, fixture_repo, fixture_golden, compose, embedder, tiny_model, monkeypatch):
     import pandas as pd

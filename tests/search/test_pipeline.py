@@ -94,6 +94,7 @@ def test_type_filter_applies_before_scoring(index):
     assert none.hits == [] and "issue" in none.reason and none.dropped == 0
 
 
+@pytest.mark.slow
 def test_rag_search_cli_json(fixture_repo, tmp_path):
     import json
     import os

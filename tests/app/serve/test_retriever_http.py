@@ -143,6 +143,7 @@ def trec_run(client, run_id: str, dest) -> list[str]:
         return fh.read().splitlines()
 
 
+@pytest.mark.slow
 def test_rag_serve_over_http_gives_the_in_process_metrics(tmp_path, fixture_repo, fixture_golden,
                                                           compose, embedder, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient

@@ -28,6 +28,7 @@ def client(fixture_repo, fixture_golden, tmp_path, compose, embedder, monkeypatc
     return TestClient(create_app(cfg, index))
 
 
+@pytest.mark.slow
 def test_search_with_overrides_and_validation(client, caplog):
     caplog.set_level(logging.INFO, logger="rag.serve")
     marker = "quokka handleAuthCallback"
@@ -81,6 +82,7 @@ def test_search_with_overrides_and_validation(client, caplog):
     assert rr.status_code == 200 and rr.json()["hits"][0]["scores"]["rerank"] is not None
 
 
+@pytest.mark.slow
 def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
     from rag.app.serve import process
 
@@ -136,6 +138,7 @@ def test_rag_serve_on_loopback_with_env_flags(fixture_repo, tmp_path):
     assert "zebra" not in out and "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_bench_serve_section_on_fixture(fixture_repo, tmp_path, monkeypatch):
     """The benchmark's service section runs end to end on tiny inputs; no time is asserted."""
     from rag.bench import main

@@ -375,6 +375,7 @@ def _chunked_post(base: str, total_bytes: int) -> tuple[int, bytes]:
     return int(head.split(b" ")[1]), rest
 
 
+@pytest.mark.slow
 def test_rag_serve_process_under_hostile_input(fixture_repo, tmp_path):
     """NaN, Infinity, lone surrogates and 20 MB bodies to a running `rag serve`: 4xx, no echo,
     no query text in the process's log, and /health answers after each."""

@@ -230,6 +230,7 @@ def test_batching_options_resolve_like_the_body_limit(capsys):
     assert err.startswith("error: --max-batch must be a positive integer") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_rag_serve_batches_concurrent_requests_with_the_hits_of_sequential_search(
         fixture_repo, tmp_path, monkeypatch):
     """8 concurrent POST /search to `rag serve` on 127.0.0.1 (stopped by its PID) answer what
