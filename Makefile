@@ -101,13 +101,15 @@ sysdeps:
 	  || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1) \
 	  || echo "note: chromium not installed (apt-get unavailable or not root): rag ledger screenshots cannot run and tests/ledger/test_ledger_screenshots.py is skipped; install Debian's chromium by hand to use it"
 
-# the whole suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this process
-TEST_WORKERS ?= auto
+# the whole suite on every core (pytest-xdist), one worker more than cores (many tests wait on
+# another process or a server), one test file per worker at a time (module fixtures are built
+# once); TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(TSTAMP) sysdeps peers
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist load
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(TSTAMP) sysdeps peers
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist load -m "not integration and not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not integration and not slow"
 
 clean:
 	rm -rf $(VENV) .venv-peers outputs multirun .pytest_cache site

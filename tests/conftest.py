@@ -249,8 +249,8 @@ def ledger_is_empty(db: Path) -> bool:
 def pytest_collection_modifyitems(config, items):
     """The tests marked ``integration`` (real corpora, whole sweeps: the longest ones) run
     first, then those marked ``slow``, each in their collected order, then the rest: with
-    ``make test``'s workers (pytest-xdist, ``--dist load``) the long tests start at once,
-    spread over the workers, and the short ones fill in, instead of one long test starting
-    last."""
+    ``make test``'s workers (pytest-xdist, ``--dist loadfile``: files in the order of their
+    first test) the files with long tests start at once, spread over the workers, and the short
+    ones fill in, instead of one long file starting last."""
     items.sort(key=lambda item: (item.get_closest_marker("integration") is None,
                                  item.get_closest_marker("slow") is None))
