@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
@@ -343,8 +344,35 @@ class PeerSkipped(RunError):
     and writes no ledger row (exit 0; a suite's other jobs run)."""
 
 
+@dataclass
+class Prepared:
+    """What a row is evaluated with, built by :func:`prepare` (the index and golden set of
+    one corpus, the pipeline over them and where its links point)."""
+
+    embedder: Any
+    index: Any
+    golden: Any
+    reranker: Any
+    options: Any
+    abstention_tags: dict[str, Any]
+    pipeline: Any
+    source: Any
+
+
+@dataclass
+class Timing:
+    """When a job started: ``t_start`` (perf_counter, for ``wall_s``) and ``started_ms`` (the
+    ledger row's start time, ms since the epoch: MLflow shows durations)."""
+
+    t_start: float = field(default_factory=time.perf_counter)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
 def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, float]:
-    """Execute one evaluation and (if tracking is on) log it as one ledger row.
+    """Execute one evaluation and (if tracking is on) log it as one ledger row, in named
+    stages: :func:`check_config`, :func:`open_ledger`, :func:`load_reference_calibration`,
+    :func:`build_external_retriever`, :func:`run_inputs`, :func:`open_external_retriever`,
+    :func:`prepare`, :func:`evaluate_row`, then :func:`log_row` (or :func:`print_row` alone).
 
     Validation (config, corpus, golden labels) happens before anything is written, so a
     failing run leaves no MLflow row.
@@ -359,61 +387,116 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
 
     Raises:
         RunError: any user-facing problem (bad config, empty corpus, bad golden labels).
+        PeerSkipped: the configured peer retriever is not installed.
     """
-    t_start = time.perf_counter()
-    started_ms = int(time.time() * 1000)  # the ledger row's start time (MLflow shows durations)
-    try:
-        validate(cfg)
-    except ValueError as exc:
-        raise RunError(str(exc)) from exc
+    timing = Timing()
+    check_config(cfg)
     # the ledger is opened (created, migrated) before any work, so that a store that cannot
     # be reached fails the run now, in one line, not after the whole evaluation
     ledger = open_ledger(cfg) if cfg.tracking.enabled else None
-    calibration = None
-    if cfg.abstain.calibration:  # a bad reference fails before any indexing or training
-        from rag.eval.transfer import TransferError
-        from rag.ledger.calibration import load_calibration
-
-        try:
-            calibration = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
-        except TransferError as exc:
-            raise RunError(str(exc)) from None
-    from rag.eval.retriever import build_retriever
-
-    from rag.peers import PeerUnavailable
-
-    retriever = None  # an external retriever is built (and its settings checked) before indexing
-    if str(cfg.retriever.kind) != "pipeline":
-        try:
-            retriever = build_retriever(cfg)
-        except PeerUnavailable as exc:
-            raise PeerSkipped(str(exc)) from None
-        except (ValueError, OSError) as exc:
-            raise RunError(str(exc)) from None
+    calibration = load_reference_calibration(cfg)
+    retriever = build_external_retriever(cfg)
     root, golden_dir, dataset_tags = run_inputs(cfg)
-    if hasattr(retriever, "open"):  # a peer indexes the corpus itself (rag/peers/)
-        try:
-            retriever.open(root)
-        except PeerUnavailable as exc:
-            raise PeerSkipped(str(exc)) from None
+    open_external_retriever(retriever, root)
     try:
-        return _evaluate_and_log(cfg, retriever=retriever, root=root, golden_dir=golden_dir,
-                                 dataset_tags=dataset_tags, stages=stages, ledger=ledger,
-                                 calibration=calibration, t_start=t_start,
-                                 started_ms=started_ms)
+        prepared = prepare(cfg, root=root, golden_dir=golden_dir, dataset_tags=dataset_tags,
+                           stages=STAGES if stages is None else stages, calibration=calibration)
+        if retriever is None:
+            from rag.eval.retriever import build_retriever
+
+            retriever = build_retriever(cfg, pipeline=prepared.pipeline)
+        result, metrics, links = evaluate_row(cfg, prepared, retriever, timing=timing)
+        if cfg.tracking.enabled:
+            log_row(cfg, ledger, prepared, retriever, result, metrics, links, root=root,
+                    golden_dir=golden_dir, dataset_tags=dataset_tags, timing=timing)
+        else:
+            print_row(None, cfg, metrics, prepared.index.stats, result.calibration,
+                      prepared.abstention_tags)
+        if links is not None:
+            print("\n".join(links.lines()))
+        return metrics
     finally:
         if hasattr(retriever, "close"):
             retriever.close()
 
 
-def _evaluate_and_log(cfg: DictConfig, *, retriever: Any, root: Path, golden_dir: Path,
-                      dataset_tags: dict[str, str], stages: StageCache | None, ledger: Any,
-                      calibration: Any, t_start: float, started_ms: int) -> dict[str, float]:
-    """Index, load the golden set, evaluate ``retriever`` (the pipeline when None) and log
-    the row: the second half of :func:`run_job`."""
-    from rag.eval.evaluate import chunk_run_jsonl, chunk_run_lines, evaluate, trec_run_lines
-    from rag.eval.golden import GoldenError, corpus_units, load_golden, trec_qrels_lines
+def check_config(cfg: DictConfig) -> None:
+    """Stage 1: the composed config against the schema (:func:`rag.app.config.validate`).
+
+    Raises:
+        RunError: the schema's message.
+    """
+    try:
+        validate(cfg)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
+
+
+def load_reference_calibration(cfg: DictConfig) -> Any:
+    """Stage 3: the abstention thresholds of ``abstain.calibration`` (another row's), or
+    None; a bad reference fails before any indexing or training.
+
+    Raises:
+        RunError: the reference cannot be read or does not apply.
+    """
+    if not cfg.abstain.calibration:
+        return None
+    from rag.eval.transfer import TransferError
+    from rag.ledger.calibration import load_calibration
+
+    try:
+        return load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
+    except TransferError as exc:
+        raise RunError(str(exc)) from None
+
+
+def build_external_retriever(cfg: DictConfig) -> Any:
+    """Stage 4: the retriever of ``retriever.kind`` when it is not the pipeline (a run file,
+    an endpoint, a peer), built and its settings checked before any indexing; None for the
+    pipeline (built by :func:`run_job` once its index exists).
+
+    Raises:
+        PeerSkipped: a peer that is not installed.
+        RunError: bad settings.
+    """
+    if str(cfg.retriever.kind) == "pipeline":
+        return None
     from rag.eval.retriever import build_retriever
+    from rag.peers import PeerUnavailable
+
+    try:
+        return build_retriever(cfg)
+    except PeerUnavailable as exc:
+        raise PeerSkipped(str(exc)) from None
+    except (ValueError, OSError) as exc:
+        raise RunError(str(exc)) from None
+
+
+def open_external_retriever(retriever: Any, root: Path) -> None:
+    """Stage 6: a peer indexes the corpus itself (rag/peers/: ``open(root)``).
+
+    Raises:
+        PeerSkipped: the peer turns out not to be installed.
+    """
+    if not hasattr(retriever, "open"):
+        return
+    from rag.peers import PeerUnavailable
+
+    try:
+        retriever.open(root)
+    except PeerUnavailable as exc:
+        raise PeerSkipped(str(exc)) from None
+
+
+def prepare(cfg: DictConfig, *, root: Path, golden_dir: Path, dataset_tags: dict[str, str],
+            stages: StageCache, calibration: Any) -> Prepared:
+    """Stage 7: index the corpus (or reuse its build), load the golden set against it, and
+    build the reranker, the abstention setup and the pipeline.
+
+    Raises:
+        RunError: labels of another corpus, or labels that do not resolve.
+    """
+    from rag.eval.golden import GoldenError, corpus_units, load_golden
     from rag.search.pipeline import SearchOptions, SearchPipeline
 
     check_golden_corpus(golden_dir, str(cfg.corpus.name),
@@ -421,11 +504,10 @@ def _evaluate_and_log(cfg: DictConfig, *, retriever: Any, root: Path, golden_dir
                         advice=("a dataset names its corpus with dataset.name (it sets corpus.name "
                                 "and the labels' corpus: together), e.g. dataset.name="
                                 f"{cfg.corpus.name}" if dataset_tags else None))
-    stages = STAGES if stages is None else stages
     embedder = stages.embedder(cfg)
     # progress bars only on a terminal: `python -m rag.run 2> file` writes no bar frames
     index = stages.index(cfg, root, embedder, progress=sys.stderr.isatty())
-    from rag.core.trace_links import resolve_source, run_links, source_tags
+    from rag.core.trace_links import resolve_source
 
     # the commit and URL template of the traces' links, resolved once (rag/core/trace_links.py)
     source = resolve_source(root, url_template=cfg.corpus.url_template or None)
@@ -446,9 +528,26 @@ def _evaluate_and_log(cfg: DictConfig, *, retriever: Any, root: Path, golden_dir
         cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
         has_dense=index.dense is not None)
-    pipeline = SearchPipeline(index, options, reranker=reranker, gate=gate)
-    if retriever is None:
-        retriever = build_retriever(cfg, pipeline=pipeline)
+    return Prepared(embedder=embedder, index=index, golden=golden, reranker=reranker,
+                    options=options, abstention_tags=abstention_tags,
+                    pipeline=SearchPipeline(index, options, reranker=reranker, gate=gate),
+                    source=source)
+
+
+def evaluate_row(cfg: DictConfig, prepared: Prepared, retriever: Any, *, timing: Timing
+                 ) -> tuple[Any, dict[str, float], Any]:
+    """Stage 8: evaluate ``retriever`` on the golden set and gather the row's metrics (the
+    evaluator's, ANN recall, the index's counters, the link check's, ``wall_s``).
+
+    Returns:
+        (the :class:`rag.eval.evaluate.EvalResult`, the row's metrics, the link check or None).
+    """
+    from rag.core.trace_links import run_links
+    from rag.eval.evaluate import evaluate
+
+    embedder, index, golden = prepared.embedder, prepared.index, prepared.golden
+    reranker, options, source = prepared.reranker, prepared.options, prepared.source
+    abstention_tags = prepared.abstention_tags
     result = evaluate(retriever, golden, recall_ks=list(cfg.eval.recall_ks),
                       ndcg_k=cfg.eval.ndcg_k, depth=cfg.eval.depth,
                       use_expected_types=cfg.eval.filter == "expected",
@@ -491,104 +590,116 @@ def _evaluate_and_log(cfg: DictConfig, *, retriever: Any, root: Path, golden_dir
 
         links = check_run_traces(result.per_query, cfg.links)
         metrics.update(links.metrics())
-    metrics["wall_s"] = time.perf_counter() - t_start
+    metrics["wall_s"] = time.perf_counter() - timing.t_start
+    return result, metrics, links
 
-    run_id = None
+
+def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, result: Any,
+            metrics: dict[str, float], links: Any, *, root: Path, golden_dir: Path,
+            dataset_tags: dict[str, str], timing: Timing) -> str:
+    """Stage 9: log the row (params, metrics, tags, artifacts, figures) into ``ledger``, print
+    it and refresh the ledger report.
+
+    Returns:
+        The MLflow run id of the row.
+    """
+    from rag.core.trace_links import source_tags
+    from rag.eval.evaluate import chunk_run_jsonl, chunk_run_lines, trec_run_lines
+    from rag.eval.golden import trec_qrels_lines
+
+    embedder, index, golden = prepared.embedder, prepared.index, prepared.golden
+    reranker, source = prepared.reranker, prepared.source
+    abstention_tags = prepared.abstention_tags
     t = cfg.tracking
-    if t.enabled:
-        from rag.ledger.mlflow_store import (CHUNK_RUN_FILE, CHUNK_RUN_JSONL, QRELS_FILE,
-                                             RUN_FILE, LedgerError, git_commit, golden_input,
-                                             params_from_config)
-        from rag.app.report import write_report
+    from rag.app.report import write_report
+    from rag.ledger.mlflow_store import (CHUNK_RUN_FILE, CHUNK_RUN_JSONL, QRELS_FILE,
+                                         RUN_FILE, LedgerError, git_commit, golden_input,
+                                         params_from_config)
 
-        container = to_container(cfg)
-        if container.get("retriever", {}).get("url"):  # no credentials in params or artifacts
-            from rag.eval.retriever import public_url
+    container = to_container(cfg)
+    if container.get("retriever", {}).get("url"):  # no credentials in params or artifacts
+        from rag.eval.retriever import public_url
 
-            container["retriever"]["url"] = public_url(container["retriever"]["url"])
-        uri = ledger.uri
-        artifacts = {
-            "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
-            "per_query.csv": per_query_csv(result.per_query),
-            "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
-            **({"links.json": json.dumps(links.as_dict(), indent=2) + "\n"} if links else {}),
-            # TREC run and qrels, named .txt so the MLflow UI previews them as text
-            RUN_FILE: "\n".join(trec_run_lines(result.run, "rag")) + "\n",
-            QRELS_FILE: "\n".join(trec_qrels_lines(golden)) + "\n",
-            # the same ranking chunk by chunk, as returned (semble's metric reads it)
-            CHUNK_RUN_FILE: "\n".join(chunk_run_lines(result.chunk_run, "rag")) + "\n",
-            CHUNK_RUN_JSONL: chunk_run_jsonl(result.chunk_run, {
-                q.id: q.query for q in (*golden.positives, *golden.negatives)}),
-        }
-        if "learned_gate" in result.calibration:
-            artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
-                                                           indent=2) + "\n"
-        import tempfile
+        container["retriever"]["url"] = public_url(container["retriever"]["url"])
+    uri = ledger.uri
+    artifacts = {
+        "config.yaml": OmegaConf.to_yaml(OmegaConf.create(container)),
+        "per_query.csv": per_query_csv(result.per_query),
+        "calibration.json": json.dumps(result.calibration, indent=2) + "\n",
+        **({"links.json": json.dumps(links.as_dict(), indent=2) + "\n"} if links else {}),
+        # TREC run and qrels, named .txt so the MLflow UI previews them as text
+        RUN_FILE: "\n".join(trec_run_lines(result.run, "rag")) + "\n",
+        QRELS_FILE: "\n".join(trec_qrels_lines(golden)) + "\n",
+        # the same ranking chunk by chunk, as returned (semble's metric reads it)
+        CHUNK_RUN_FILE: "\n".join(chunk_run_lines(result.chunk_run, "rag")) + "\n",
+        CHUNK_RUN_JSONL: chunk_run_jsonl(result.chunk_run, {
+            q.id: q.query for q in (*golden.positives, *golden.negatives)}),
+    }
+    if "learned_gate" in result.calibration:
+        artifacts["abstention_gate.json"] = json.dumps(result.calibration["learned_gate"],
+                                                       indent=2) + "\n"
+    import tempfile
 
-        from rag.ledger.figures import row_figures, save_png
+    from rag.ledger.figures import row_figures, save_png
 
-        plot_dir = Path(tempfile.mkdtemp(prefix="rag-plot-"))
-        if result.calibration.get("signals"):  # score histograms, risk-coverage curves
-            in_force = (abstention_tags["abstain_signal"],
-                        *(None if abstention_tags.get(k) in (None, "none")
-                          else float(abstention_tags[k]) for k in ("abstain_min", "abstain_weak")))
-            for name, fig in row_figures(result.per_query, result.calibration,
-                                         in_force=in_force).items():
-                artifacts[name] = save_png(fig, plot_dir / Path(name).name)
-        commit = git_commit(project_root())
-        ctx = _sweep_context()
-        tags = {
-            "git_commit": commit,
-            "corpus": cfg.corpus.name,
-            "corpus_root": str(root),
-            "hydra_overrides": json.dumps(ctx.get("overrides", [])),
-            "corpus_fingerprint": index.corpus_fingerprint,
-            "golden_fingerprint": golden.fingerprint,
-            "golden_dir": str(golden_dir),
-            **dataset_tags,
-            "model_id": embedder.model_id,
-            "retriever": str(cfg.retriever.kind),
-            **getattr(retriever, "tags", {}),
-            **({"retriever_factory": str(cfg.retriever.factory)} if cfg.retriever.factory else {}),
-            **abstention_tags,
-            **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
-               if reranker is not None else {}),
-            "mlflow.source.git.commit": commit.removesuffix("-dirty"),
-            **sweep_tags(cfg, ctx),
-            **source_tags(source),
-        }
-        # a sweep job's significance against its baseline is computed once, when the sweep
-        # ends (rag.ledger.sweep.sweep_significance): no job waits for its baseline
-        from rag.app.config import experiment_name
+    plot_dir = Path(tempfile.mkdtemp(prefix="rag-plot-"))
+    if result.calibration.get("signals"):  # score histograms, risk-coverage curves
+        in_force = (abstention_tags["abstain_signal"],
+                    *(None if abstention_tags.get(k) in (None, "none")
+                      else float(abstention_tags[k]) for k in ("abstain_min", "abstain_weak")))
+        for name, fig in row_figures(result.per_query, result.calibration,
+                                     in_force=in_force).items():
+            artifacts[name] = save_png(fig, plot_dir / Path(name).name)
+    commit = git_commit(project_root())
+    ctx = _sweep_context()
+    tags = {
+        "git_commit": commit,
+        "corpus": cfg.corpus.name,
+        "corpus_root": str(root),
+        "hydra_overrides": json.dumps(ctx.get("overrides", [])),
+        "corpus_fingerprint": index.corpus_fingerprint,
+        "golden_fingerprint": golden.fingerprint,
+        "golden_dir": str(golden_dir),
+        **dataset_tags,
+        "model_id": embedder.model_id,
+        "retriever": str(cfg.retriever.kind),
+        **getattr(retriever, "tags", {}),
+        **({"retriever_factory": str(cfg.retriever.factory)} if cfg.retriever.factory else {}),
+        **abstention_tags,
+        **({"rerank_model_id": reranker.model_id, "rerank_score_unit": reranker.score_unit}
+           if reranker is not None else {}),
+        "mlflow.source.git.commit": commit.removesuffix("-dirty"),
+        **sweep_tags(cfg, ctx),
+        **source_tags(source),
+    }
+    # a sweep job's significance against its baseline is computed once, when the sweep
+    # ends (rag.ledger.sweep.sweep_significance): no job waits for its baseline
+    from rag.app.config import experiment_name
 
-        experiment = experiment_name(cfg)
-        try:
-            run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
-                                    params=params_from_config(container), metrics=metrics,
-                                    tags=tags, artifacts=artifacts, start_time_ms=started_ms,
-                                    inputs=[golden_input(
-                                        name=golden_dir.name, fingerprint=golden.fingerprint,
-                                        source=str(golden_dir),
-                                        profile={"positives": len(golden.positives),
-                                                 "negatives": len(golden.negatives),
-                                                 "tags": list(golden.tags)})])
-        finally:
-            import shutil
+    experiment = experiment_name(cfg)
+    try:
+        run_id = ledger.log_row(experiment=experiment, run_name=t.run_name or tags.get("sweep_job"),
+                                params=params_from_config(container), metrics=metrics,
+                                tags=tags, artifacts=artifacts, start_time_ms=timing.started_ms,
+                                inputs=[golden_input(
+                                    name=golden_dir.name, fingerprint=golden.fingerprint,
+                                    source=str(golden_dir),
+                                    profile={"positives": len(golden.positives),
+                                             "negatives": len(golden.negatives),
+                                             "tags": list(golden.tags)})])
+    finally:
+        import shutil
 
-            shutil.rmtree(plot_dir, ignore_errors=True)
-        print_row(run_id, cfg, metrics, index.stats, result.calibration, abstention_tags)
-        print(f"  ledger: {uri}")
-        try:
-            report = write_report(uri, output_path(cfg, t.report_path), prefix=t.experiment_prefix,
-                                  ledger=ledger)
-            print(f"  report: {report}")
-        except (OSError, LedgerError) as exc:  # the row is logged; only the report is not
-            print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)
-    else:
-        print_row(None, cfg, metrics, index.stats, result.calibration, abstention_tags)
-    if links is not None:
-        print("\n".join(links.lines()))
-    return metrics
+        shutil.rmtree(plot_dir, ignore_errors=True)
+    print_row(run_id, cfg, metrics, index.stats, result.calibration, abstention_tags)
+    print(f"  ledger: {uri}")
+    try:
+        report = write_report(uri, output_path(cfg, t.report_path), prefix=t.experiment_prefix,
+                              ledger=ledger)
+        print(f"  report: {report}")
+    except (OSError, LedgerError) as exc:  # the row is logged; only the report is not
+        print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)
+    return run_id
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")

@@ -26,7 +26,7 @@ from rag.eval.attribution import row_columns, stage_metrics, trace_result
 from rag.eval.chunk_metrics import chunk_metrics
 from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
 from rag.eval.metric_names import tag_metric
-from rag.eval.metrics import first_relevant_rank, mean_metrics, percentile, query_metrics, rank
+from rag.eval.metrics import evaluate_run, first_relevant_rank, mean_metrics, percentile, rank
 from rag.search.pipeline import STAGES, Hit, SearchPipeline
 
 
@@ -332,9 +332,9 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             ranked_units = collapse_units(res.ranked, q, **judge)
             scores = {d: v[0] for d, v in ranked_units.items()}
             run[q.id] = scores
-            m = query_metrics(scores, q.qrels, recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
-            # semble's NDCG@k on the chunks as returned (rag/eval/chunk_metrics.py)
-            m.update(chunk_metrics(res.ranked, q, subtree=golden.subtree))
+            # semble's NDCG@k on the chunks as returned (rag/eval/chunk_metrics.py); the
+            # ranking metrics are computed for every positive at once, after the loop
+            m = chunk_metrics(res.ranked, q, subtree=golden.subtree)
             for k in judged_ks:
                 m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
             per_query_metrics[q.id] = m
@@ -360,11 +360,18 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             row.update(row_columns(trace_result(
                 res, top_k=top_k, relevant=lambda c, q=q: any(
                     q.qrels.get(d, 0) > 0 for d in hit_units(c, q, **judge)))))
-            row.update(m)
         else:
             run[q.id] = collapse(res.ranked, None)
             row["abstained"] = (not res.hits) or res.weak_match
         rows.append(row)
+    ranking = evaluate_run({q.id: run[q.id] for q in golden.positives},
+                           {q.id: q.qrels for q in golden.positives},
+                           recall_ks=recall_ks, ndcg_k=ndcg_k, ties=ties)
+    for row in rows:  # the metrics are a positive's last columns, ranking metrics first
+        if row["kind"] == "positive":
+            m = per_query_metrics[row["query_id"]] = {**ranking[row["query_id"]],
+                                                      **per_query_metrics[row["query_id"]]}
+            row.update(m)
     texts = [r.pop("_texts") for r in rows]
     if count_tokens is not None and all(t is not None for t in texts):
         contexts = ["\n".join(t) for t in texts]  # word pieces, untruncated, no [CLS]/[SEP]

@@ -221,7 +221,37 @@ def compare_rows(ledger: Any, ref_a: str, ref_b: str, *, top: int = 10,
                         f"({len(frames[0])} and {len(frames[1])} positives; golden sets "
                         f"{tags[0].get('golden_dir', '?')} and {tags[1].get('golden_dir', '?')})")
     return summarize(diffs, run_a=ids[0], run_b=ids[1], top=top,
-                     changed_only=changed_only) | {"notes": notes, **negatives}
+                     changed_only=changed_only) | {"notes": notes, **negatives,
+                                                   "paired": paired_tests(*frames)}
+
+
+def paired_tests(a: pd.DataFrame, b: pd.DataFrame) -> list[dict[str, Any]]:
+    """B against A on the positives both per-query tables hold, with the comparison engine the
+    sweeps and ``rag gate`` use (:func:`rag.eval.significance.compare_paired`: paired
+    randomization test, 95% bootstrap CI of the mean difference, minimum detectable effect at
+    α 0.05 and power 0.8), Holm-adjusted across the tested metrics (the columns declared
+    ``significance`` in rag/eval/measures/).
+
+    Returns:
+        One dict per metric present in both: ``metric``, ``queries``, ``delta`` (mean of
+        B - A), ``ci_low``, ``ci_high``, ``p``, ``p_holm``, ``mde``; [] when they share none.
+    """
+    from rag.eval.significance import holm
+    from rag.ledger.sweep import compare_per_query, significance_columns
+
+    common = a.index.intersection(b.index)
+    if len(common) == 0:
+        return []
+    metrics = tuple(m for m in significance_columns(b) if m in a.columns)
+    got = compare_per_query(a, b, metrics=metrics)
+    rows = [{"metric": m, "queries": int(got["paired_queries"]), "delta": got[f"{m}_delta"],
+             "ci_low": got[f"{m}_ci_low"], "ci_high": got[f"{m}_ci_high"], "p": got[f"{m}_p"],
+             "mde": got[f"{m}_mde"]} for m in metrics if f"{m}_p" in got]
+    for r, adj in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = adj
+    # JSON-ready (``rag diff --json``): a value the pairs cannot give is null, never NaN
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in r.items()} for r in rows]
 
 
 def negatives_changed(csv_a: str, csv_b: str) -> dict[str, Any]:
@@ -264,6 +294,12 @@ def summarize(diffs: list[QueryDiff], *, run_a: str, run_b: str, top: int = 10,
             "moved_most": [asdict(d) | {"rr_change": round(d.movement, 4)} for d in moved[:top]],
             "changed_only": changed_only,
             "per_query": [asdict(d) for d in shown]}
+
+
+def _effect(v: float | None) -> str:
+    """A minimum detectable effect: 4 decimals, ``n/a`` when the pairs cannot size one (too
+    few, or an effect larger than any metric in [0, 1] could move)."""
+    return f"{v:.4f}" if v is not None and math.isfinite(v) and abs(v) <= 1 else "n/a"
 
 
 def _rank_cell(r: int | None) -> str:
@@ -341,6 +377,17 @@ def summary_blocks(summary: dict[str, Any]) -> list[str | Table]:
                 "(no hit, dropped or weak)"]
         out += [f"  {d['query_id']}: A {d['returned_a']} -> B {d['returned_b']}"
                 for d in summary.get("negatives_changed", [])]
+
+    if summary.get("paired"):
+        n = summary["paired"][0]["queries"]
+        out.append(Table(f"paired tests, B - A on {n} shared positives (randomization test, "
+                         "95% bootstrap CI, p Holm-adjusted across these metrics; MDE: the "
+                         "smallest difference these queries detect at α 0.05, power 0.8)",
+                         ["metric", "B - A", "95% CI", "p", "p (Holm)", "MDE"],
+                         [[r["metric"], f"{r['delta']:+.4f}",
+                           f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", f"{r['p']:.4f}",
+                           f"{r['p_holm']:.4f}", _effect(r["mde"])]
+                          for r in summary["paired"]], right=(1, 2, 3, 4, 5)))
 
     def hits(d: dict, side: str) -> str:
         """The returned top hits, or why there were none (the rank is of the ranking before

@@ -13,14 +13,22 @@ from rag.ledger.sweep import significance_columns
 from rag.eval.measures import BUILTIN, Measure, computed, registered
 from rag.eval.measures.average_precision import average_precision
 from rag.eval.metrics import query_metrics
+from rag.eval.ranked import rank_all
+
+
+def _rankings(run, qrels):
+    return rank_all(run, qrels)[1]
 
 
 def test_average_precision_by_hand():
-    # relevant b (rank 2), d (rank 4), e (not retrieved): (1/2 + 2/4) / 3
+    # q1: relevant b (rank 2), d (rank 4), e (not retrieved): (1/2 + 2/4) / 3
+    # q2: b, d, e at ranks 1-3: (1/1 + 2/2 + 3/3) / 3; q3: nothing relevant; q4: no run
     rel = {"b": 1, "d": 2, "e": 1, "c": 0}
-    assert average_precision(["a", "b", "c", "d"], rel) == 1 / 3
-    assert average_precision(["b", "d", "e"], rel) == 1.0
-    assert average_precision(["a"], {"a": 0}) == 0.0
+    ap = average_precision(_rankings(
+        {"q1": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}, "q2": {"b": 3.0, "d": 2.0, "e": 1.0},
+         "q3": {"a": 1.0}},
+        {"q1": rel, "q2": rel, "q3": {"a": 0}, "q4": rel}))
+    assert ap.tolist() == [1 / 3, 1.0, 0.0, 0.0]
 
 
 def test_a_measure_file_is_found_and_computed_on_every_query():
@@ -33,17 +41,17 @@ def test_a_measure_file_is_found_and_computed_on_every_query():
 
 
 def test_a_computed_family_is_cut_at_its_cutoffs():
-    def precision(ranking, rel, k):
-        return sum(1 for d in ranking[:k] if rel.get(d, 0) > 0) / k
+    def precision(r, k):
+        return r.per_query_sum(r.relevant.astype(float), r.relevant & (r.rank <= k)) / k
 
     p = Measure("precision_at_", compute=precision, cutoffs=(1, 2))
-    assert p.values(["a", "b"], {"b": 1}) == {"precision_at_1": 0.0, "precision_at_2": 0.5}
-    try:
-        Measure("x_at_", compute=precision).values(["a"], {})
-    except ValueError as exc:
-        assert "no cutoffs" in str(exc)
-    else:
-        raise AssertionError("a family without cutoffs must be refused")
+    got = p.values(_rankings({"q": {"a": 2.0, "b": 1.0}}, {"q": {"b": 1}}))
+    assert {k: v.tolist() for k, v in got.items()} == {"precision_at_1": [0.0],
+                                                       "precision_at_2": [0.5]}
+    with pytest.raises(ValueError, match="no cutoffs"):
+        Measure("x_at_", compute=precision).values(_rankings({}, {}))
+    with pytest.raises(ValueError, match="one value per query"):
+        Measure("scalar", compute=lambda r: 1.0).values(_rankings({}, {"q": {}}))
 
 
 def test_families_and_exact_names_are_found_longest_prefix_first():

@@ -13,18 +13,10 @@ import pytest
 
 from rag.eval.evaluate import collapse, doc_key
 from rag.eval.golden import GoldenQuery, Label
-from rag.eval.metrics import (
-    evaluate_run,
-    first_relevant_rank,
-    hit_at,
-    mean_metrics,
-    ndcg_at,
-    percentile,
-    query_metrics,
-    rank,
-    recall_at,
-    reciprocal_rank,
-)
+from rag.eval.metrics import evaluate_run, first_relevant_rank, mean_metrics, percentile, \
+    query_metrics, rank
+from reference_metrics import hit_at, ndcg_at, recall_at, reciprocal_rank
+import reference_metrics
 from rag.search.pipeline import Hit
 
 KS = (1, 3, 5, 8, 10, 20, 40)
@@ -249,6 +241,35 @@ def test_random_fixture_ties_do_change_trec_eval_results():
                  if abs(ours[q]["mrr"] - t["recip_rank"]) > 1e-9
                  or abs(ours[q]["ndcg_at_10"] - t["ndcg_cut_10"]) > 1e-9]
     assert differing
+
+
+@pytest.mark.parametrize("ties", ["doc_id", "pessimistic"])
+def test_whole_run_values_equal_the_per_query_formulas_bit_for_bit(ties):
+    # the vectorised evaluator (rag/eval/ranked.py) against tests/reference_metrics.py, one
+    # query at a time, on runs full of ties, empty runs, graded qrels, negative grades and a
+    # query judged with nothing relevant: every value equal with ==, not approximately
+    run, qrels = _random_case(seed=7)
+    qrels["q-neg"] = {"d001": -1, "d002": 2}
+    run["q-neg"] = {"d001": 1.0, "d002": 1.0, "d003": 1.0}
+    qrels["q-none"] = {"d004": 0}
+    run["q-none"] = {"d004": 3.0, "d005": 2.0}
+    qrels["q-absent"] = {"d006": 1}  # in the qrels, not in the run
+    run["not-judged"] = {"d007": 1.0}  # in the run, not in the qrels: ignored
+    ours = evaluate_run(run, qrels, recall_ks=KS, ndcg_k=10, ties=ties)
+    assert list(ours) == list(qrels)
+    for q, rel in qrels.items():
+        ref = reference_metrics.query_metrics(rank(run.get(q, {}), rel, ties=ties), rel,
+                                              recall_ks=KS, ndcg_k=10)
+        assert ours[q] == ref, q
+        assert list(ours[q]) == list(ref), q  # the column order of per_query.csv too
+    assert query_metrics(run["q-neg"], qrels["q-neg"], ties=ties) == ours["q-neg"]
+
+
+def test_mean_metrics_equals_numpy_mean_of_each_column():
+    per_q = evaluate_run(*_random_case(seed=3), recall_ks=KS)
+    means = mean_metrics(per_q)
+    for k in per_q["q000"]:
+        assert means[k] == float(np.mean([v[k] for v in per_q.values()])), k
 
 
 # --------------------------------------------------------------------------- collapse / doc_key

@@ -182,3 +182,28 @@ def test_rag_diff_to_a_closed_stdout_exits_141_silently(tmp_path):
         proc = run_rag("diff", ids["a"], ids["b"], "--tracking-uri", uri, *extra,
                        closed_stdout=True, timeout=300)
         assert proc.returncode == 141 and proc.stderr == "", (extra, proc.stderr[-2000:])
+
+
+def test_paired_tests_are_the_sweeps_engine_with_holm_across_metrics():
+    from rag.eval.significance import compare_paired, holm
+    from rag.ledger.diff import paired_tests
+
+    a = _frame({f"q{i}": 1 for i in range(12)})
+    b = _frame({f"q{i}": 1 for i in range(12)})
+    # mrr: B better on 8 of 12 queries by 0.5; ndcg_at_10: equal; q-extra only in B
+    a["mrr"], b["mrr"] = [0.5] * 12, [1.0] * 8 + [0.5] * 4
+    a["ndcg_at_10"] = b["ndcg_at_10"] = [0.25 * (i % 4) for i in range(12)]
+    a["top_hits"] = "x"  # a column that is no metric: not tested
+    got = {r["metric"]: r for r in paired_tests(a, b)}
+    assert list(got) == ["mrr", "ndcg_at_10"]
+    assert got["mrr"]["delta"] == pytest.approx(8 * 0.5 / 12) and got["mrr"]["queries"] == 12
+    ref = compare_paired(a["mrr"].to_numpy(float), b["mrr"].to_numpy(float))
+    assert (got["mrr"]["p"], got["mrr"]["ci_low"], got["mrr"]["mde"]) == \
+        (ref.p_value, ref.ci_low, ref.mde)
+    assert got["ndcg_at_10"]["delta"] == 0.0 and got["ndcg_at_10"]["p"] == 1.0
+    assert [got[m]["p_holm"] for m in got] == holm([got[m]["p"] for m in got])
+    text = render_text(summarize(diff_per_query(a, b), run_a="A", run_b="B")
+                       | {"paired": list(got.values())})
+    line = next(ln for ln in text.splitlines() if ln.startswith("mrr"))
+    assert line.split()[1] == f"{8 * 0.5 / 12:+.4f}"
+    assert paired_tests(a, _frame({"other": 1})) == []

@@ -10,8 +10,9 @@ A :class:`Measure` names one metric (``mrr``) or a family cut at k (``recall_at_
 
 A new ranking metric is one file in this folder (``rag/eval/measures/<name>.py``) defining
 ``MEASURES = (Measure(..., compute=fn),)`` plus its test: :func:`registered` imports every
-module here, and the evaluator (:func:`rag.eval.metrics.query_metrics`) computes every
-measure with a ``compute`` on each query's ranking, so the metric lands in per_query.csv and on
+module here, and the evaluator (:func:`rag.eval.metrics.ranking_metrics`) computes every
+measure with a ``compute`` on the whole run's rankings at once (``fn(rankings)`` -> one value
+per query, numpy over :class:`rag.eval.ranked.Rankings`), so the metric lands in per_query.csv and on
 the row, and the sweep, the gate and ``rag golden expected`` read its flags
 (``average_precision.py`` is one: MAP). The built-in metrics are declared below and computed
 in rag/eval/metrics.py.
@@ -23,11 +24,16 @@ import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable
 
-#: a computed measure: (ranking, best first, doc ids; qrels of the query: doc id -> grade) ->
-#: value; a family's also gets the cut-off k
-Compute = Callable[..., float]
+import numpy as np
+
+if TYPE_CHECKING:
+    from rag.eval.ranked import Rankings
+
+#: a computed measure: (every query's ranking, a :class:`rag.eval.ranked.Rankings`) -> one
+#: float per query (an array of shape (n,)); a family's also gets the cut-off k
+Compute = Callable[..., "np.ndarray"]
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,10 @@ class Measure:
         significance: sweeps test it per query against their baseline.
         pinned: ``rag golden expected`` pins its per-query column in expected_per_query.csv.
         source: where the formula is defined (a paper or a module).
-        compute: for a measure computed on each query's ranking (not one of metrics.py's
-            built-ins): ``compute(ranking, rel)`` -> float, or ``compute(ranking, rel, k)``
-            for a family; None for the built-ins and for measures computed elsewhere.
+        compute: for a measure computed on the rankings (not one of metrics.py's built-ins):
+            ``compute(rankings)`` -> float64 (n,), one value per query of a
+            :class:`rag.eval.ranked.Rankings`, or ``compute(rankings, k)`` for a family; None
+            for the built-ins and for measures computed elsewhere.
         cutoffs: a computed family's cut-offs (``ndcg_at_`` style names ``<name><k>``).
         headline: the names of this measure a reader compares rows on, as suffixes of
             ``name`` (``ONE`` for the measure itself, ``("8",)`` for ``recall_at_8``,
@@ -66,19 +73,27 @@ class Measure:
     headline: tuple[str, ...] = ()
     gated: tuple[str, ...] = ()
 
-    def values(self, ranking: Sequence[str], rel: Mapping[str, int]) -> dict[str, float]:
-        """This computed measure on one query: metric name -> value.
+    def values(self, rankings: "Rankings") -> dict[str, np.ndarray]:
+        """This computed measure on every query of ``rankings``: metric name -> float64 (n,).
 
         Raises:
-            ValueError: the measure has no ``compute``, or a family has no ``cutoffs``.
+            ValueError: the measure has no ``compute``, a family has no ``cutoffs``, or
+                ``compute`` returns other than one value per query.
         """
         if self.compute is None:
             raise ValueError(f"measure {self.name!r} is not computed by the registry")
-        if self.family:
-            if not self.cutoffs:
-                raise ValueError(f"measure family {self.name!r} declares no cutoffs")
-            return {f"{self.name}{k}": float(self.compute(ranking, rel, k)) for k in self.cutoffs}
-        return {self.name: float(self.compute(ranking, rel))}
+        if self.family and not self.cutoffs:
+            raise ValueError(f"measure family {self.name!r} declares no cutoffs")
+        calls = ({f"{self.name}{k}": (k,) for k in self.cutoffs} if self.family
+                 else {self.name: ()})
+        out = {}
+        for name, extra in calls.items():
+            v = np.asarray(self.compute(rankings, *extra), dtype=np.float64)
+            if v.shape != (rankings.n,):
+                raise ValueError(f"measure {name!r} returned shape {v.shape}, not one value "
+                                 f"per query ({rankings.n},)")
+            out[name] = v
+        return out
 
     @property
     def family(self) -> bool:

@@ -12,22 +12,29 @@ This file is the whole of the metric: the registry (rag/eval/measures/__init__.p
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import numpy as np
 
 from rag.eval.measures import Measure
+from rag.eval.ranked import Rankings
 
 
-def average_precision(ranking: Sequence[str], rel: Mapping[str, int]) -> float:
-    """AP of one ranking (doc ids, best first) against its qrels (doc id -> grade)."""
-    relevant = sum(1 for g in rel.values() if g > 0)
-    if not relevant:
-        return 0.0
-    found, total = 0, 0.0
-    for i, d in enumerate(ranking, start=1):
-        if rel.get(d, 0) > 0:
-            found += 1
-            total += found / i
-    return total / relevant
+def average_precision(r: Rankings) -> np.ndarray:
+    """AP of every query of ``r``: float64 (n,). The precision at each relevant doc's rank is
+    (relevant docs at or above it) / rank, added in rank order, divided by the query's
+    relevant count (0.0 when it has none)."""
+    out = np.zeros(r.n, dtype=np.float64)
+    if not r.query.size:
+        return out
+    hits = np.cumsum(r.relevant, dtype=np.int64)
+    # the relevant docs of earlier queries (the count before each query's first entry),
+    # subtracted so that the count restarts at every query
+    before = np.concatenate(([0], hits[:-1]))
+    starts = np.r_[True, r.query[1:] != r.query[:-1]]
+    found = hits - np.maximum.accumulate(np.where(starts, before, 0))
+    total = r.per_query_sum(found / r.rank, r.relevant)
+    ok = r.n_relevant > 0
+    out[ok] = total[ok] / r.n_relevant[ok]
+    return out
 
 
 MEASURES = (Measure("map", compute=average_precision,
