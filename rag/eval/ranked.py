@@ -75,8 +75,10 @@ class Rankings:
         """int64 (n,): each query's smallest ``rank`` among the entries ``where`` is true, 0
         when there is none."""
         out = np.zeros(self.n, dtype=np.int64)
-        q, r = self.query[where][::-1], self.rank[where][::-1]
-        out[q] = r  # fancy assignment: the last write wins, i.e. the best rank
+        q, r = self.query[where], self.rank[where]
+        if q.size:  # entries are in (query, rank) order: a query's first entry is its best
+            first = np.r_[True, q[1:] != q[:-1]]
+            out[q[first]] = r[first]
         return out
 
     def discount(self, ideal: bool = False) -> np.ndarray:
