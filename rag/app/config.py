@@ -197,6 +197,14 @@ def _bm25_tokenizers() -> dict[str, str]:
 BM25Tokenizer = Enum("BM25Tokenizer", _bm25_tokenizers(), type=str)
 
 
+class BM25Idf(str, Enum):
+    """``okapi`` (Robertson's IDF floored at 0: rank_bm25 parity) or ``lucene`` (never 0;
+    rag/index/bm25.py ``IDF_VARIANTS``)."""
+
+    okapi = "okapi"
+    lucene = "lucene"
+
+
 @dataclass
 class BM25Config:
     """Okapi BM25 (Robertson et al., TREC-3, 1994) with a code-aware tokenizer."""
@@ -205,6 +213,9 @@ class BM25Config:
     k1: float = 1.5
     b: float = 0.75
     tokenizer: BM25Tokenizer = BM25Tokenizer.code
+    idf: BM25Idf = BM25Idf.okapi
+    # append each chunk's file stem (twice) and last 3 directories to its BM25 text
+    path_field: bool = False
 
 
 @dataclass
@@ -218,13 +229,54 @@ class SearchConfig:
     # the channels a hybrid route fuses with RRF (any subset of rag/search/channels.py
     # CHANNEL_NAMES)
     fuse: list[str] = field(default_factory=lambda: ["dense", "bm25"])
+    # the channel a single-channel route falls back to when it finds nothing (null: none)
+    fallback: Optional[str] = None
+
+
+def _channel_names() -> tuple[str, ...]:
+    from rag.search.channels import CHANNEL_NAMES
+
+    return CHANNEL_NAMES
+
+
+def _prior_keys() -> tuple[str, ...]:
+    from rag.corpus.walk import CATEGORIES
+    from rag.search.ranking.options import DEFAULT_PRIORS
+
+    return (*CATEGORIES, *DEFAULT_PRIORS)
 
 
 @dataclass
 class FusionConfig:
-    """Reciprocal Rank Fusion (Cormack, Clarke, Büttcher, SIGIR 2009)."""
+    """Reciprocal Rank Fusion (Cormack, Clarke, Büttcher, SIGIR 2009), weighted per channel
+    (``weights`` for prose queries, ``identifier_weights`` for identifier-shaped ones; a
+    channel left out weighs 1)."""
 
     rrf_k: int = 60
+    # channel -> weight, null: every channel weighs 1 (typed Any: OmegaConf cannot override
+    # a typed empty or null mapping from the command line; validate() checks the entries)
+    weights: Any = field(default=None, metadata={"keys": _channel_names})
+    identifier_weights: Any = field(default=None, metadata={"keys": _channel_names})
+
+
+def _ranking_default(name: str):
+    from rag.search.ranking.options import RankingOptions
+
+    value = getattr(RankingOptions(), name)
+    return (lambda: list(value)) if isinstance(value, tuple) else (lambda: dict(value))
+
+
+@dataclass
+class RankingConfig:
+    """The ranking stage (rag/search/ranking/; defaults: rag/search/ranking/options.py)."""
+
+    enabled: bool = False
+    features: list[str] = field(default_factory=_ranking_default("features"))
+    weights: dict[str, float] = field(default_factory=_ranking_default("weights"))
+    priors: dict[str, float] = field(default_factory=_ranking_default("priors"),
+                                     metadata={"keys": _prior_keys})
+    file_saturation: float = 0.5
+    scan: bool = True
 
 
 class RerankKind(str, Enum):
@@ -536,6 +588,7 @@ class RagConfig:
     bm25: BM25Config = field(default_factory=BM25Config)
     search: SearchConfig = field(default_factory=SearchConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
+    ranking: RankingConfig = field(default_factory=RankingConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
     abstain: AbstainConfig = field(default_factory=AbstainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -706,6 +759,19 @@ def validate(cfg: DictConfig) -> None:
         )
     if cfg.fusion.rrf_k < 0:
         raise ValueError(f"fusion.rrf_k must be >= 0, got {cfg.fusion.rrf_k}")
+    for key in ("weights", "identifier_weights"):
+        for ch, w in (cfg.fusion.get(key) or {}).items():
+            if ch not in CHANNEL_NAMES or not w >= 0:
+                raise ValueError(f"fusion.{key}.{ch}: a registered channel "
+                                 f"({list(CHANNEL_NAMES)}) with a weight >= 0, got {w}")
+    fb = cfg.search.get("fallback")
+    if fb is not None and str(fb) not in CHANNEL_NAMES:
+        raise ValueError(f"search.fallback must be a channel of {list(CHANNEL_NAMES)} or null, "
+                         f"got {fb!r}")
+    if cfg.get("ranking") is not None:
+        from rag.search.ranking.options import RankingOptions
+
+        RankingOptions.from_config(cfg.ranking)
     if not (0.0 <= cfg.abstain.min_dense <= cfg.abstain.weak_dense <= 1.0):
         raise ValueError(
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
@@ -871,6 +937,8 @@ def schema_keys(schema: type | None = None) -> frozenset[str]:
             else:
                 value = None
             kind = hints.get(f.name)
+            # a mapping whose keys are a vocabulary (channel names, categories) declares them
+            out |= {f"{key}.{k}" for k in f.metadata.get("keys", tuple)()}
             if dataclasses.is_dataclass(value):
                 out |= walk(type(value), key + ".")
             elif isinstance(kind, type) and dataclasses.is_dataclass(kind):

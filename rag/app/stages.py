@@ -153,7 +153,9 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     from rag.index.tokenize import TOKENIZER_VERSION
 
     corpus = {k: v for k, v in _plain(cfg.corpus).items() if k not in ("name", "golden_dir")}
-    out = {"corpus": corpus, "bm25_tokenizer": _plain(cfg.bm25).get("tokenizer"),
+    bm25 = _plain(cfg.bm25)
+    out = {"corpus": corpus, "bm25_tokenizer": bm25.get("tokenizer"),
+           "bm25_idf": bm25.get("idf"), "bm25_path_field": bm25.get("path_field"),
            "header": str(cfg.index.header), "chunker_version": CHUNKER_VERSION,
            "walk_version": WALK_VERSION, "tokenizer_version": TOKENIZER_VERSION}
     lengths = category_lengths(cfg)
@@ -213,6 +215,8 @@ def build_corpus_index(cfg: DictConfig, root: Path, embedder, *, dense: bool,
                             bm25_backend=str(getattr(b.backend, "value", b.backend)),
                             k1=b.k1, b=b.b,
                             bm25_tokenizer=str(getattr(b.tokenizer, "value", b.tokenizer)),
+                            bm25_idf=str(getattr(b.idf, "value", b.idf)),
+                            bm25_path_field=bool(b.path_field),
                             max_file_bytes=c.max_file_bytes, window_lines=c.window_lines,
                             window_overlap=c.window_overlap, walk=walk_settings(c),
                             chunker=str(c.chunker),

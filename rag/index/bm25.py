@@ -87,17 +87,19 @@ class Bm25sScorer:
         self._scale = float(scale)
 
     @classmethod
-    def build(cls, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> "Bm25sScorer":
-        """Index ``corpus_tokens`` (one token list per chunk) with bm25s."""
+    def build(cls, corpus_tokens: Sequence[list[str]], *, k1: float, b: float,
+              idf: str = "okapi") -> "Bm25sScorer":
+        """Index ``corpus_tokens`` (one token list per chunk) with bm25s (method ``robertson``
+        for ``idf="okapi"``, ``lucene`` for ``idf="lucene"``: :data:`IDF_VARIANTS`)."""
         import logging
 
         import bm25s
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build at DEBUG
-        model = bm25s.BM25(method="robertson", k1=k1, b=b)
+        model = bm25s.BM25(method=IDF_VARIANTS[idf], k1=k1, b=b)
         model.index([list(t) for t in corpus_tokens], show_progress=False)
         if getattr(model, "nonoccurrence_array", None) is not None:  # bm25l/bm25+ only
-            raise AssertionError("robertson BM25 has no non-occurrence scores")
+            raise AssertionError(f"{IDF_VARIANTS[idf]} BM25 has no non-occurrence scores")
         sc = model.scores
         n_cols = len(sc["indptr"]) - 1  # bm25s adds "" to its vocabulary with no column
         return cls(data=sc["data"], indices=sc["indices"], indptr=sc["indptr"],
@@ -205,11 +207,24 @@ class RankBM25Scorer:
     instead substitute 0.25 x the mean IDF, which ranks differently).
     """
 
-    def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float) -> None:
+    def __init__(self, corpus_tokens: Sequence[list[str]], *, k1: float, b: float,
+                 idf: str = "okapi") -> None:
+        import math
+
         from rank_bm25 import BM25Okapi
 
+        class LuceneIdf(BM25Okapi):
+            """BM25Okapi with Lucene's IDF ``ln(1 + (N - n + 0.5) / (n + 0.5))``."""
+
+            def _calc_idf(self, nd):  # noqa: ANN001 - rank_bm25's hook
+                for word, freq in nd.items():
+                    self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
+
+        if idf not in IDF_VARIANTS:
+            raise ValueError(f"bm25.idf must be one of {sorted(IDF_VARIANTS)}, got {idf!r}")
+        model_cls = LuceneIdf if idf == "lucene" else BM25Okapi
         self._n = len(corpus_tokens)
-        self._model = BM25Okapi([list(t) for t in corpus_tokens], k1=k1, b=b, epsilon=0.0)
+        self._model = model_cls([list(t) for t in corpus_tokens], k1=k1, b=b, epsilon=0.0)
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """BM25 score of every chunk, shape (n_chunks,), float64."""
@@ -224,32 +239,66 @@ class RankBM25Scorer:
         return sum(1 for freqs in self._model.doc_freqs if token in freqs)
 
 
+#: ``bm25.idf`` -> the bm25s method: ``okapi`` (Robertson's, floored at 0: rank_bm25 parity)
+#: or ``lucene`` (``ln(1 + (N - n_t + 0.5) / (n_t + 0.5))``, never 0: a term in most chunks
+#: still scores, Kamphuis et al., ECIR 2020, https://doi.org/10.1007/978-3-030-45442-5_4)
+IDF_VARIANTS = {"okapi": "robertson", "lucene": "lucene"}
+#: directories of a chunk's path that :func:`path_field` keeps (the last ones)
+PATH_FIELD_DIRS = 3
+
+
+def path_field(path: str) -> str:
+    """The path field appended to a chunk's BM25 text under ``bm25.path_field``: the file stem
+    twice and its last :data:`PATH_FIELD_DIRS` directories (``src/gin/tree.go`` -> ``tree tree
+    src gin``), so a query word in a file's name outweighs one in its body (semble's
+    ``enrich_for_bm25``, MinishLab/semble index/sparse.py: a header scheme in place of BM25F)."""
+    from pathlib import PurePosixPath
+
+    p = PurePosixPath(path)
+    dirs = [d for d in p.parent.parts if d not in (".", "/")][-PATH_FIELD_DIRS:]
+    return " ".join([p.stem, p.stem, *dirs])
+
+
 def build_bm25(texts: Sequence[str], *, backend: str = "bm25s", k1: float = 1.5,
-               b: float = 0.75, tokenizer: str = "code") -> "BM25Channel":
+               b: float = 0.75, tokenizer: str = "code", idf: str = "okapi",
+               paths: Sequence[str] | None = None) -> "BM25Channel":
     """Tokenize ``texts`` (one per chunk) with ``tokenizer`` (rag/index/tokenize.py
     ``TOKENIZERS``; queries are tokenized the same way) and build the channel.
 
+    Args:
+        idf: :data:`IDF_VARIANTS`.
+        paths: each chunk's path, to append its :func:`path_field` (None: no path field).
+
     Raises:
-        ValueError: unknown ``backend`` or ``tokenizer``.
+        ValueError: unknown ``backend``, ``tokenizer`` or ``idf``, or ``paths`` of another
+            length than ``texts``.
     """
     tokenize = get_tokenizer(tokenizer)
+    if idf not in IDF_VARIANTS:
+        raise ValueError(f"bm25.idf must be one of {sorted(IDF_VARIANTS)}, got {idf!r}")
+    if paths is not None:
+        if len(paths) != len(texts):
+            raise ValueError(f"{len(paths)} paths for {len(texts)} chunk texts")
+        texts = [f"{t} {path_field(p)}" for t, p in zip(texts, paths)]
     corpus_tokens = [tokenize(t) for t in texts]
     if backend == "bm25s":
-        scorer: BM25Scorer = Bm25sScorer.build(corpus_tokens, k1=k1, b=b)
+        scorer: BM25Scorer = Bm25sScorer.build(corpus_tokens, k1=k1, b=b, idf=idf)
     elif backend == "rank_bm25":
-        scorer = RankBM25Scorer(corpus_tokens, k1=k1, b=b)
+        scorer = RankBM25Scorer(corpus_tokens, k1=k1, b=b, idf=idf)
     else:
         raise ValueError(f"unknown bm25.backend {backend!r}; expected 'bm25s' or 'rank_bm25'")
     return BM25Channel(scorer, backend=backend, n_chunks=len(texts), tokenizer=tokenizer,
-                       k1=k1, b=b)
+                       k1=k1, b=b, idf=idf, path_field=paths is not None)
 
 
 def load_bm25(build: Path, info: Any, *, n_chunks: int, backend: str, k1: float, b: float,
-              tokenizer: str) -> "BM25Channel | None":
+              tokenizer: str, idf: str = "okapi",
+              path_field: bool = False) -> "BM25Channel | None":
     """The channel a build saved (its manifest's ``bm25`` entry ``info``, from
     :meth:`BM25Channel.save`), or None when the build saved none or saved it under other
-    settings (``backend``, ``k1``, ``b``, ``tokenizer``: then the caller rebuilds it from the
-    chunks, as for a k1 sweep over one build).
+    settings (``backend``, ``k1``, ``b``, ``tokenizer``, ``idf``, ``path_field``; an entry
+    saved before ``idf`` and ``path_field`` existed was ``okapi`` without a path field): then
+    the caller rebuilds it from the chunks, as for a k1 sweep over one build).
 
     Raises:
         OSError, ValueError: the saved files are missing, damaged or hold another number of
@@ -257,7 +306,9 @@ def load_bm25(build: Path, info: Any, *, n_chunks: int, backend: str, k1: float,
     """
     if not isinstance(info, dict) or backend != "bm25s" or info.get("backend") != "bm25s":
         return None
-    if (info.get("k1"), info.get("b"), info.get("tokenizer")) != (float(k1), float(b), tokenizer):
+    if (info.get("k1"), info.get("b"), info.get("tokenizer"), info.get("idf", "okapi"),
+            bool(info.get("path_field", False))) != (float(k1), float(b), tokenizer, idf,
+                                                     bool(path_field)):
         return None
     scorer = Bm25sScorer.load(build)
     if scorer._n != n_chunks:
@@ -265,7 +316,8 @@ def load_bm25(build: Path, info: Any, *, n_chunks: int, backend: str, k1: float,
     if scorer._scale != float(k1) + 1.0:
         raise ValueError(f"the saved BM25 matrix's scale {scorer._scale} is not k1 + 1 = "
                          f"{float(k1) + 1.0}")
-    return BM25Channel(scorer, backend=backend, n_chunks=n_chunks, tokenizer=tokenizer, k1=k1, b=b)
+    return BM25Channel(scorer, backend=backend, n_chunks=n_chunks, tokenizer=tokenizer, k1=k1, b=b,
+                       idf=idf, path_field=path_field)
 
 
 class BM25Channel:
@@ -276,7 +328,9 @@ class BM25Channel:
     no_match = 0.0
 
     def __init__(self, scorer: BM25Scorer, *, backend: str, n_chunks: int,
-                 tokenizer: str = "code", k1: float | None = None, b: float | None = None) -> None:
+                 tokenizer: str = "code", k1: float | None = None, b: float | None = None,
+                 idf: str = "okapi", path_field: bool = False) -> None:
+        self.idf, self.path_field = idf, path_field
         self.scorer = scorer
         self.backend = backend
         self.n_chunks = n_chunks
@@ -292,7 +346,8 @@ class BM25Channel:
             return None
         files = self.scorer.save(build)
         return {"backend": self.backend, "k1": float(self.k1), "b": float(self.b),
-                "tokenizer": self.tokenizer, "files": files}
+                "tokenizer": self.tokenizer, "idf": self.idf, "path_field": self.path_field,
+                "files": files}
 
     def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
         """BM25 score of every chunk for ``query``, shape (n_chunks,)."""
@@ -329,7 +384,7 @@ class BM25Channel:
         freqs = [n for n in (self.scorer.doc_freq(t) for t in tokens) if n > 0]
         if not freqs:
             return "no lexical match: no query term occurs in the corpus"
-        if all(n >= self.n_chunks / 2 for n in freqs):
+        if self.idf == "okapi" and all(n >= self.n_chunks / 2 for n in freqs):
             return (f"all terms too common: every query term found occurs in at least half "
                     f"of the {self.n_chunks} chunks, where BM25's IDF is 0")
         if allowed is not None and not bool(np.all(allowed)):

@@ -124,7 +124,8 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
                 window_overlap: int = 10, progress: bool = True,
                 chunk_store: Path | None = None,
                 extra_docs: list[Document] | None = None, header: str = "path_symbol",
-                bm25_tokenizer: str = "code", walk: dict[str, Any] | None = None,
+                bm25_tokenizer: str = "code", bm25_idf: str = "okapi",
+                bm25_path_field: bool = False, walk: dict[str, Any] | None = None,
                 chunker: str = "symbol",
                 max_seq_by_category: dict[str, int] | None = None) -> Index:
     """Walk ``root``, chunk every document, build the BM25 channel and embed the chunks.
@@ -133,8 +134,9 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         root: corpus directory.
         embedder: the dense model; None builds a BM25-only index.
         cache_dir: directory of the embedding cache (required when ``embedder`` is given).
-        bm25_backend, k1, b, bm25_tokenizer: BM25 settings (see
-            :func:`rag.index.bm25.build_bm25`).
+        bm25_backend, k1, b, bm25_tokenizer, bm25_idf, bm25_path_field: BM25 settings (see
+            :func:`rag.index.bm25.build_bm25`; ``bm25_path_field`` appends each chunk's
+            path field).
         max_file_bytes, window_lines, window_overlap: walk and chunker settings.
         chunker: ``symbol`` or ``window`` (:data:`rag.corpus.chunk.CHUNKERS`), part of the
             chunk store's key; under ``window`` the symbol chunker's chunks are kept too
@@ -168,12 +170,14 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
     label_chunks = None if chunker == "symbol" else _chunk_corpus(chunker="symbol", **kw)[0]
     t_chunk = time.perf_counter()
     texts, keys = indexed_texts(chunks, header)
-    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b, tokenizer=bm25_tokenizer)
+    bm25 = build_bm25(texts, backend=bm25_backend, k1=k1, b=b, tokenizer=bm25_tokenizer,
+                      idf=bm25_idf, paths=[c.path for c in chunks] if bm25_path_field else None)
     t_bm25 = time.perf_counter()
     stats: dict[str, Any] = dict(walk_stats)
     stats.update(corpus_read=int(not stored), chunks=len(chunks), chunker_version=CHUNKER_VERSION,
                  chunker=chunker, header=header,
                  tokenizer_version=TOKENIZER_VERSION, bm25_tokenizer=bm25_tokenizer,
+                 bm25_idf=bm25_idf, bm25_path_field=int(bool(bm25_path_field)),
                  walk_s=round(t_walk - t0, 3), chunk_s=round(t_chunk - t_walk, 3),
                  bm25_build_s=round(t_bm25 - t_chunk, 3),
                  # lang/<language>/chunks ... and symbol_coverage (rag/corpus/languages.py)

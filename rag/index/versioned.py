@@ -275,9 +275,11 @@ def _load_bm25(build: Path, manifest: dict[str, Any], chunks: list[Chunk], *, ba
 
     stats = manifest.get("stats", {})
     tokenizer = stats.get("bm25_tokenizer", "code")
+    # the build's own BM25 text and IDF (recorded in its stats; absent: as before they existed)
+    idf, path_field = stats.get("bm25_idf", "okapi"), bool(stats.get("bm25_path_field", 0))
     try:
         saved = load_bm25(build, manifest.get("bm25"), n_chunks=len(chunks), backend=backend,
-                          k1=k1, b=b, tokenizer=tokenizer)
+                          k1=k1, b=b, tokenizer=tokenizer, idf=idf, path_field=path_field)
         if saved is not None:
             return saved
     except (OSError, ValueError, TypeError, IndexError) as exc:
@@ -286,7 +288,8 @@ def _load_bm25(build: Path, manifest: dict[str, Any], chunks: list[Chunk], *, ba
               f"({problem}); rebuilding BM25 from its chunks", file=sys.stderr)
     # the chunk text the build indexed (index.header, recorded in its stats)
     texts, _ = indexed_texts(chunks, stats.get("header", "path_symbol"))
-    return build_bm25(texts, backend=backend, k1=k1, b=b, tokenizer=tokenizer)
+    return build_bm25(texts, backend=backend, k1=k1, b=b, tokenizer=tokenizer, idf=idf,
+                      paths=[c.path for c in chunks] if path_field else None)
 
 
 def _load_ann(build: Path, manifest: dict[str, Any], matrix: np.ndarray):

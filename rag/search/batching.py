@@ -248,7 +248,9 @@ def dense_needed(index, options, query: str, *, signals: bool) -> bool:
     would score the dense channel: its route is ``dense`` or fuses it, or abstention signals
     are computed (``signals``: asked for, or a learned gate decides), which read the dense
     scores whatever the route. False without a dense channel, for an invalid mode (the
-    pipeline reports it) or a type filter that matches no chunk (nothing is scored)."""
+    pipeline reports it) or a type filter that matches no chunk (nothing is scored). A routed
+    query whose channel finds nothing and falls back to dense (``search.fallback``) is not
+    foreseen here: the pipeline then embeds it itself, unbatched."""
     from rag.search.route import route
 
     if getattr(index, "dense", None) is None:

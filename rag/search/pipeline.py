@@ -1,9 +1,10 @@
-"""The retrieval pipeline: route -> channels -> fusion -> rerank -> abstention -> hits.
+"""The retrieval pipeline: route -> channels -> fusion -> ranking -> rerank -> abstention -> hits.
 
 The pipeline names no channel: a route is one registered channel (rag/search/channels.py
 ``CHANNELS``) or RRF over ``search.fuse``. Every hit carries its per-stage scores (one per
-registered channel, then ``rrf`` and ``rerank``; None where a stage did not score it), so a
-result can be attributed to a channel.
+registered channel, then ``rrf``, the ranking stage's features (``rank:<feature>``) and its
+score (``ranking``), and ``rerank``; None where a stage did not score it), so a result can be
+attributed to a stage.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import numpy as np
 from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - the contract types, re-exported
 from rag.index.build import Index
 from rag.search.abstain import band
-from rag.search.channels import CHANNEL_NAMES, channel_of, top_matches
+from rag.search.channels import CHANNEL_NAMES, channel_of, has_channel, top_matches
 from rag.search.fusion import rrf
+from rag.search.ranking import RankingOptions, RankingStage
+from rag.search.ranking.query_shape import query_shape
 from rag.search.route import route
 
 # every stage a search may time, in pipeline order (a channel's own stage is its name)
-STAGES = ("route", "embed_query", *CHANNEL_NAMES, "fusion", "rerank", "abstain")
+STAGES = ("route", "embed_query", *CHANNEL_NAMES, "fusion", "ranking", "rerank", "abstain")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,15 @@ class SearchOptions:
     rerank_weak: float | None = None
     # the channels a hybrid route fuses with RRF (rag/search/channels.py CHANNEL_NAMES)
     fuse: tuple[str, ...] = ("dense", "bm25")
+    # weighted RRF: channel -> weight for prose queries, and for identifier-shaped ones
+    # (rag/search/ranking/query_shape.py); a channel left out weighs 1
+    fusion_weights: tuple[tuple[str, float], ...] = ()
+    identifier_weights: tuple[tuple[str, float], ...] = ()
+    # the channel a single-channel route chosen by the router (``auto``) falls back to when it
+    # finds nothing (None: none); a mode named outright is never second-guessed
+    fallback: str | None = None
+    # the ranking stage (rag/search/ranking/); disabled: the first stage's order is kept
+    ranking: RankingOptions = RankingOptions(enabled=False)
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SearchOptions":
@@ -59,12 +71,24 @@ class SearchOptions:
                    rerank_candidates=int(r.candidates),
                    rerank_min=None if r.min_score is None else float(r.min_score),
                    rerank_weak=None if r.weak_score is None else float(r.weak_score),
-                   fuse=tuple(str(c) for c in cfg.search.fuse))
+                   fuse=tuple(str(c) for c in cfg.search.fuse),
+                   fusion_weights=_weights(cfg.fusion.get("weights")),
+                   identifier_weights=_weights(cfg.fusion.get("identifier_weights")),
+                   fallback=(None if cfg.search.get("fallback") is None
+                             else str(cfg.search.fallback)),
+                   ranking=RankingOptions.from_config(cfg.get("ranking")))
 
     @property
     def rerank_gated(self) -> bool:
         """Whether abstention reads the top rerank score (a rerank threshold is set)."""
         return self.rerank_min is not None or self.rerank_weak is not None
+
+
+def _weights(node: Any) -> tuple[tuple[str, float], ...]:
+    """A ``channel: weight`` mapping of the config as sorted pairs (None: none)."""
+    if not node:
+        return ()
+    return tuple(sorted((str(k), float(v)) for k, v in dict(node).items()))
 
 
 class SearchPipeline:
@@ -82,6 +106,7 @@ class SearchPipeline:
         self.options = options
         self.reranker = reranker
         self.gate = gate
+        self.ranking = RankingStage(options.ranking) if options.ranking.enabled else None
 
     def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank,
                  precomputed=None):
@@ -154,7 +179,8 @@ class SearchPipeline:
         channel_scores: dict[str, np.ndarray] = {}  # every channel that ran: all chunks
         no_match: dict[str, float | None] = {}
         ranks: dict[str, list[tuple[int, float]]] = {}
-        for name in names:
+
+        def run_channel(name: str) -> None:
             try:
                 channel = channel_of(self.index, name)
             except ValueError as exc:
@@ -177,17 +203,36 @@ class SearchPipeline:
             ranks[name] = top_matches(sc, pool, channel.no_match)
             t.update(inner)
             t[name] = time.perf_counter() - t0 - sum(inner.values())
+
+        for name in names:
+            run_channel(name)
+        fell_back = None
+        if (eff != o.mode and eff != "hybrid" and not ranks[eff] and o.fallback
+                and o.fallback != eff and has_channel(self.index, o.fallback)):
+            # a route the router chose (``auto``) that found nothing (an identifier BM25 has
+            # no term for) is answered by the fallback channel, and says so in the route; a
+            # mode asked for by name is never second-guessed
+            run_channel(o.fallback)
+            fell_back, names = eff, [*names, o.fallback]
         dense_scores = channel_scores.get("dense")
         bm25_scores = channel_scores.get("bm25")
         rrf_scores: dict[int, float] | None = None
         if eff == "hybrid":
             t0 = time.perf_counter()
-            fused = rrf({n: [i for i, _ in ranks[n]] for n in names}, k=o.rrf_k)
+            weights = dict(o.identifier_weights if query_shape(query).identifier
+                           else o.fusion_weights)
+            fused = rrf({n: [i for i, _ in ranks[n]] for n in names}, k=o.rrf_k,
+                        weights=weights)
             rrf_scores = dict(fused)
             order = fused
             t["fusion"] = time.perf_counter() - t0
         else:
-            order = ranks[eff]
+            order = ranks[o.fallback] if fell_back else ranks[eff]
+        ranking_values: dict[str, dict[int, float]] | None = None
+        if self.ranking is not None and order:
+            t0 = time.perf_counter()
+            order, ranking_values = self.ranking.rank(query, order, self.index)
+            t["ranking"] = time.perf_counter() - t0
 
         def chunk_rows(pairs) -> list[tuple[str, str | None, int, int, str]]:
             return [(c.path, c.symbol, c.start_line, c.end_line, c.id)
@@ -243,7 +288,8 @@ class SearchPipeline:
                     cut = n + 1
                     break
             cut = max(cut, o.top_k)
-        ranked = [self._hit(i, s, channel_scores, no_match, rrf_scores, rerank_scores)
+        ranked = [self._hit(i, s, channel_scores, no_match, rrf_scores, rerank_scores,
+                            ranking_values)
                   for i, s in order[:cut]]
         # abstention acts on what is returned, never on the ranking (DESIGN.md §5: ranking
         # metrics must not move with a threshold)
@@ -262,11 +308,15 @@ class SearchPipeline:
         # does a result the abstention floor dropped
         explain = getattr(channel_of(self.index, eff), "empty_reason", None) if eff in ranks else None
         reason = explain(query, allowed) if explain is not None and not ranks[eff] else None
+        if fell_back and reason:
+            reason = f"{reason}; answered by the {o.fallback} channel instead"
         if decision.drop and dropped:
             what, value, lo = floor
             reason = (f"dropped by abstention: {what} {value:.3f} < floor {lo:.3f}"
                       if value is not None else f"dropped by abstention: no {what}")
-        return SearchResult(hits=hits, ranked=ranked, route=eff, top_dense=top_dense,
+        return SearchResult(hits=hits, ranked=ranked,
+                            route=f"{eff}>{o.fallback}" if fell_back else eff,
+                            top_dense=top_dense,
                             dropped=dropped, weak_match=decision.weak_match, timings_ms=timings,
                             top_rerank=top_rerank, candidates=candidates, signals=signals,
                             gate_score=gate_score, reason=reason,
@@ -274,11 +324,13 @@ class SearchPipeline:
                             first_stage_top=first_stage_top)
 
     def _hit(self, i: int, score: float, channel_scores: dict[str, np.ndarray],
-             no_match: dict[str, float | None], rrf_scores, rerank_scores=None) -> Hit:
+             no_match: dict[str, float | None], rrf_scores, rerank_scores=None,
+             ranking_values=None) -> Hit:
         """A hit with every stage's score for chunk ``i``: each registered channel's (None
         where it did not run or found no match, see ``Channel.no_match``), RRF (None outside
-        hybrid or for a chunk outside every fused pool) and rerank (None where it did not
-        score the chunk)."""
+        hybrid or for a chunk outside every fused pool), each ranking feature's and the
+        ranking score (only when the stage ran; a feature that did not score the chunk: None)
+        and rerank (None where it did not score the chunk)."""
         from rag.search.channels import is_match
 
         c = self.index.chunks[i]
@@ -288,6 +340,9 @@ class SearchPipeline:
             scores[name] = (float(sc[i]) if sc is not None and is_match(sc[i], no_match[name])
                             else None)
         scores["rrf"] = rrf_scores.get(i) if rrf_scores is not None else None
+        if ranking_values is not None:
+            for key, vals in ranking_values.items():
+                scores[key] = vals.get(i)
         scores["rerank"] = rerank_scores.get(i) if rerank_scores is not None else None
         return Hit(chunk_id=c.id, path=c.path, symbol=c.symbol, start_line=c.start_line,
                    end_line=c.end_line, category=c.category, score=float(score), scores=scores)

@@ -110,6 +110,16 @@ def test_schema_keys_read_from_the_dataclasses_equal_the_structured_configs_keys
                 out |= keys(v, f"{prefix}{k}.")
         return out
 
+    import dataclasses
+
+    # a mapping field whose keys are a vocabulary declares them (metadata "keys"): a key such
+    # as fusion.weights.bm25 is valid before the mapping holds it
+    declared = {f"{group.name}.{f.name}.{k}"
+                for group in dataclasses.fields(RagConfig)
+                if dataclasses.is_dataclass(group.default_factory)
+                for f in dataclasses.fields(group.default_factory)
+                for k in f.metadata.get("keys", tuple)()}
+    assert {"fusion.weights.bm25", "ranking.priors.test"} <= declared
     got = schema_keys()
-    assert got == keys(OmegaConf.structured(RagConfig))
+    assert got == keys(OmegaConf.structured(RagConfig)) | declared
     assert {"search.top_k", "embedder.backend", "bm25.k1"} <= got

@@ -203,6 +203,7 @@ def test_the_published_bm25_is_read_back_not_rebuilt_and_scores_to_the_bit(built
                               normalized=True, corpus_root="/x")
     manifest = versioned.read_manifest(root)
     assert manifest["bm25"] == {"backend": "bm25s", "k1": 1.5, "b": 0.75, "tokenizer": "code",
+                                "idf": "okapi", "path_field": False,
                                 "files": ["bm25.npz", "bm25_vocab.json"]}
     assert (build / "bm25.npz").is_file() and (build / "bm25_vocab.json").is_file()
 

@@ -1,0 +1,93 @@
+"""Per-index facts the ranking features look up, built once per index and kept with it: each
+chunk's file stem, the name it defines, and lookups from a (normalised) stem or a defined name
+to the chunks that have it, so a definition outside the candidate pool is found without
+scanning every chunk."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Any, Sequence
+
+# the last component of a qualified symbol (``Command.ExecuteC``, ``Sinatra::Base``, ``a#b``)
+_SYMBOL_SEP = re.compile(r"::|\.|#|->|\\")
+# chunk kinds whose symbol is not a definition
+_NOT_DEFINITIONS = frozenset({"module", "section", "window"})
+#: words that introduce a definition, in the languages of rag.corpus.languages and those it
+#: only windows (Scala ``case class``, Elixir ``defmodule``, shell ``function``); case-sensitive
+#: (semble's list, ``semble/ranking/boosting.py``, with ``val``, ``impl`` and ``alias`` added)
+DEFINITION_KEYWORDS = (
+    "class", "module", "defmodule", "def", "defp", "defmacro", "interface", "struct", "enum",
+    "trait", "type", "func", "function", "object", "abstract class", "data class", "case class",
+    "fn", "fun", "package", "namespace", "protocol", "record", "typedef", "impl", "alias")
+_KEYWORDS = "|".join(re.escape(k) for k in DEFINITION_KEYWORDS)
+
+
+@lru_cache(maxsize=1024)
+def definition_pattern(name: str) -> re.Pattern[str]:
+    """A keyword of :data:`DEFINITION_KEYWORDS` at a line start or after white space, then
+    ``name`` (optionally namespace-qualified), then white space, one of ``<({:[;=`` or the end
+    of the line (``class Router(``, ``defmodule Phoenix.Router do``, ``fn route<``)."""
+    return re.compile(rf"(?:^|(?<=\s))(?:{_KEYWORDS})\s+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::))*"
+                      rf"{re.escape(name)}(?:\s|[<({{:\[;=]|$)", re.MULTILINE)
+
+
+def stem_forms(stem: str) -> set[str]:
+    """The forms a lower-cased file stem is matched under: itself, without ``_`` and ``-``, and
+    both without trailing ``s`` (``routers`` answers ``router``)."""
+    norm = stem.replace("_", "").replace("-", "")
+    return {stem, norm, stem.rstrip("s"), norm.rstrip("s")}
+
+
+@dataclass
+class ChunkFacts:
+    """Attributes:
+        stems: lower-cased file stem of each chunk (``tree.go`` -> ``tree``).
+        defined: the name each chunk defines (the last component of its symbol), or None for a
+            module remainder, a section, a window or a chunk without symbol.
+        by_stem: each form of :func:`stem_forms` -> chunk indices.
+        by_defined: defined name -> chunk indices.
+    """
+
+    stems: list[str]
+    defined: list[str | None]
+    by_stem: dict[str, list[int]]
+    by_defined: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, chunks: Sequence[Any]) -> "ChunkFacts":
+        """Build from an index's chunks (``path``, ``symbol``, ``kind``)."""
+        stems, defined = [], []
+        by_stem: dict[str, list[int]] = defaultdict(list)
+        by_defined: dict[str, list[int]] = defaultdict(list)
+        for i, c in enumerate(chunks):
+            stem = PurePosixPath(c.path).stem.lower()
+            stems.append(stem)
+            for form in stem_forms(stem):
+                by_stem[form].append(i)
+            name = (_SYMBOL_SEP.split(c.symbol)[-1] or None
+                    if c.symbol and c.kind not in _NOT_DEFINITIONS else None)
+            defined.append(name)
+            if name:
+                by_defined[name].append(i)
+        return cls(stems, defined, dict(by_stem), dict(by_defined))
+
+    def defines(self, i: int, chunk: Any, names: frozenset[str]) -> bool:
+        """Whether chunk ``i`` defines one of ``names``: its symbol's last component is one of
+        them (every language rag chunks by symbol), or its text holds a definition keyword
+        followed by one (:func:`definition_pattern`: languages rag windows)."""
+        if self.defined[i] in names:
+            return True
+        return any(definition_pattern(n).search(chunk.text) for n in names)
+
+
+def facts_of(index: Any) -> ChunkFacts:
+    """The :class:`ChunkFacts` of ``index``, built on first use and kept with it (as the
+    on-demand channels are, rag/search/channels.py ``channel_of``)."""
+    cache = index.__dict__.setdefault("_ranking_facts", {})
+    if "facts" not in cache:
+        cache["facts"] = ChunkFacts.of(index.chunks)
+    return cache["facts"]

@@ -1,0 +1,78 @@
+"""The ranking stage's settings (the ``ranking`` config group); the one place their defaults
+live: the schema (rag/app/config.py ``RankingConfig``) and conf/ranking/ read them here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: feature -> weight (rag/search/ranking/stage.py: ``add`` features in units of the best
+#: first-stage score, ``scale`` ones as an exponent); semble's values (MinishLab/semble
+#: ranking/boosting.py: definition x3, embedded identifiers half of it, stem x1, file coherence
+#: 0.2), not tuned on the benchmark
+DEFAULT_WEIGHTS = {"definition": 3.0, "embedded_identifier": 1.5, "path_match": 1.0,
+                   "file_coherence": 0.2, "category_prior": 1.0, "chunk_length": 0.0}
+#: category or path mark -> factor (semble's ranking/penalties.py: tests, examples and compat
+#: 0.3, re-exports 0.5, .d.ts 0.7; documentation and config 0.3, as semble's default index
+#: leaves them out)
+DEFAULT_PRIORS = {"test": 0.3, "example": 0.3, "documentation": 0.3, "config": 0.3,
+                  "reexport": 0.5, "compat": 0.3, "declaration": 0.7}
+#: the factor of each further chunk of a file already selected (semble's file saturation)
+DEFAULT_FILE_SATURATION = 0.5
+
+
+@dataclass(frozen=True)
+class RankingOptions:
+    """Attributes:
+        enabled: run the stage (after fusion, before a reranker).
+        features: the features that run (rag/search/ranking/features/ ``FEATURE_NAMES``);
+            one left out is neither computed nor logged.
+        weights: feature -> weight (missing: :data:`DEFAULT_WEIGHTS`' value).
+        priors: ``category_prior``'s factors.
+        file_saturation: in (0, 1]: the n-th extra chunk of one file in the ranking is scored
+            ``x file_saturation ** n`` (1: off).
+        scan: let features add chunks the first stage did not return.
+    """
+
+    enabled: bool = True
+    features: tuple[str, ...] = tuple(DEFAULT_WEIGHTS)
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    priors: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRIORS))
+    file_saturation: float = DEFAULT_FILE_SATURATION
+    scan: bool = True
+
+    @classmethod
+    def from_config(cls, node: Any) -> "RankingOptions":
+        """From the composed ``ranking`` group (None or missing: the defaults).
+
+        Raises:
+            ValueError: an unknown feature, a weight of an unknown feature, a non-finite
+                weight or prior, or ``file_saturation`` outside (0, 1].
+        """
+        if node is None:
+            return cls()
+        opts = cls(enabled=bool(node.enabled), features=tuple(str(f) for f in node.features),
+                   weights={**DEFAULT_WEIGHTS, **{str(k): float(v) for k, v in node.weights.items()}},
+                   priors={str(k): float(v) for k, v in node.priors.items()},
+                   file_saturation=float(node.file_saturation), scan=bool(node.scan))
+        opts.check()
+        return opts
+
+    def check(self) -> None:
+        """Raises ValueError naming the first bad setting (see :meth:`from_config`)."""
+        import math
+
+        from rag.search.ranking.features import FEATURE_NAMES
+
+        for f in (*self.features, *self.weights):
+            if f not in FEATURE_NAMES:
+                raise ValueError(f"ranking: unknown feature {f!r}; registered: "
+                                 f"{list(FEATURE_NAMES)}")
+        for what, table in (("weights", self.weights), ("priors", self.priors)):
+            for k, v in table.items():
+                if not math.isfinite(v) or (what == "priors" and v <= 0):
+                    raise ValueError(f"ranking.{what}.{k} must be a finite number"
+                                     + (" > 0" if what == "priors" else "") + f", got {v}")
+        if not 0 < self.file_saturation <= 1:
+            raise ValueError(f"ranking.file_saturation must be in (0, 1], got "
+                             f"{self.file_saturation}")
