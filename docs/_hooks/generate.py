@@ -71,8 +71,12 @@ def _rows(obj: object, prefix: str) -> list[str]:
             continue
         out.append(f"| `{prefix}.{f.name}` | `{_type(f)}` | `{_default(f)}` | "
                    f"{notes.get(f.name, '')} |")
-        if isinstance(value, dict):  # a dict with default items: one row per item
-            out += [f"| `{prefix}.{f.name}.{k}` | | `{v!r}` | |" for k, v in value.items()]
+        items = value if isinstance(value, dict) else {}
+        # a dict with default items: one row per item; a mapping over a vocabulary (field
+        # metadata "keys": channel names, categories) also lists the keys it may take
+        out += [f"| `{prefix}.{f.name}.{k}` | | `{v!r}` | |" for k, v in items.items()]
+        out += [f"| `{prefix}.{f.name}.{k}` | `float` | (unset) | |"
+                for k in f.metadata.get("keys", tuple)() if k not in items]
     return out
 
 
@@ -103,10 +107,13 @@ def configuration_page() -> str:
     from rag.index.tokenize import TOKENIZERS
     from rag.eval.retriever import RETRIEVERS
     from rag.search.channels import CHANNELS
+    from rag.search.ranking.features import FEATURES
 
     for name, key, reg in [("retrievers (`rag/eval/retriever.py`)", "retriever.kind", RETRIEVERS),
                            ("dataset readers (`rag/datasets/common.py`)", "dataset.format", READERS),
                            ("channels (`rag/search/channels.py`)", "search.fuse", CHANNELS),
+                           ("ranking features (`rag/search/ranking/features/`, one module "
+                            "each)", "ranking.features", FEATURES),
                            ("BM25 tokenizers (`rag/index/tokenize.py`)", "bm25.tokenizer", TOKENIZERS),
                            ("chunk headers (`rag/index/build.py`)", "index.header", HEADERS),
                            ("chunkers (`rag/corpus/chunk.py`)", "corpus.chunker", CHUNKERS),

@@ -277,6 +277,10 @@ class RankingConfig:
                                      metadata={"keys": _prior_keys})
     file_saturation: float = 0.5
     scan: bool = True
+    # weighted (the hand-weighted sum) or lambdamart (a model file of `rag ranking train`)
+    combiner: str = "weighted"
+    # the learned combiner's model file (relative: from the project root)
+    model: Optional[str] = None
 
 
 class RerankKind(str, Enum):
@@ -688,6 +692,21 @@ def semble_repos(path: Optional[str] = None) -> str:
         raise ValueError(str(exc)) from None
 
 
+def ranking_ablations(which: str = "sweep") -> str:
+    """``${rag_ranking_ablations:}``: the feature sets of the ranking ablation
+    (rag/search/ranking/options.py :func:`ablation_sweep`) as a Hydra sweep list
+    ``[a,b],[b],...,[]``; ``${rag_ranking_ablations:baseline}``: the baseline's override
+    value (every feature). A feature registered later joins the sweep without an edit here."""
+    from rag.search.ranking.options import ablation_sweep
+
+    sets = ablation_sweep()
+    if which == "baseline":
+        return "[" + ",".join(sets[0]) + "]"
+    if which != "sweep":
+        raise ValueError(f"rag_ranking_ablations: 'sweep' or 'baseline', got {which!r}")
+    return ",".join("[" + ",".join(s) + "]" for s in sets)
+
+
 from rag.core.paths import expand_path, project_root  # noqa: E402,F401 - re-exported
 from rag.ledger.tracking_uri import (  # noqa: E402,F401 - re-exported for the commands
     TRACKING_URI_HELP, add_tracking_uri_argument, default_output_dir, default_tracking_uri,
@@ -698,7 +717,9 @@ def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore and the resolvers ``${rag_root:}`` (the
     project root, so Hydra's output folders land there whatever the cwd),
     ``${rag_output:}`` (``paths.output_dir`` made absolute), ``${rag_corpus_name:path,sdist,...}``
-    (:func:`default_corpus_name`) and ``${rag_dataset_name:...}`` (:func:`default_dataset_name`).
+    (:func:`default_corpus_name`), ``${rag_dataset_name:...}`` (:func:`default_dataset_name`),
+    ``${rag_semble_repos:...}`` (:func:`semble_repos`) and ``${rag_ranking_ablations:...}``
+    (:func:`ranking_ablations`).
     Idempotent."""
     register_resolvers()
     from hydra.core.config_store import ConfigStore
@@ -721,6 +742,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("rag_dataset_name", default_dataset_name)
     if not OmegaConf.has_resolver("rag_semble_repos"):
         OmegaConf.register_new_resolver("rag_semble_repos", semble_repos)
+    if not OmegaConf.has_resolver("rag_ranking_ablations"):
+        OmegaConf.register_new_resolver("rag_ranking_ablations", ranking_ablations)
 
 
 def output_dir(cfg: DictConfig) -> Path:

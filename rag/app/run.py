@@ -594,6 +594,18 @@ def evaluate_row(cfg: DictConfig, prepared: Prepared, retriever: Any, *, timing:
     return result, metrics, links
 
 
+#: seconds between two rewrites of the markdown report by the jobs of one sweep
+SWEEP_REPORT_EVERY_S = 60
+
+
+def _written_within(path: Path, seconds: float) -> bool:
+    """Whether ``path`` exists and was modified less than ``seconds`` ago."""
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
+
+
 def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, result: Any,
             metrics: dict[str, float], links: Any, *, root: Path, golden_dir: Path,
             dataset_tags: dict[str, str], timing: Timing) -> str:
@@ -693,9 +705,15 @@ def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, re
         shutil.rmtree(plot_dir, ignore_errors=True)
     print_row(run_id, cfg, metrics, index.stats, result.calibration, abstention_tags)
     print(f"  ledger: {uri}")
+    report_path = output_path(cfg, t.report_path)
+    if "sweep_id" in tags and _written_within(report_path, SWEEP_REPORT_EVERY_S):
+        # a sweep's jobs rewrite the report at most once a minute (it reads every row, so
+        # rewriting it per job grows with the ledger); the sweep's end writes it whole
+        print(f"  report: {report_path} (next rewrite within {SWEEP_REPORT_EVERY_S} s, and at "
+              "the sweep's end)")
+        return run_id
     try:
-        report = write_report(uri, output_path(cfg, t.report_path), prefix=t.experiment_prefix,
-                              ledger=ledger)
+        report = write_report(uri, report_path, prefix=t.experiment_prefix, ledger=ledger)
         print(f"  report: {report}")
     except (OSError, LedgerError) as exc:  # the row is logged; only the report is not
         print(f"warning: ledger row logged but report not written: {exc}", file=sys.stderr)

@@ -231,7 +231,9 @@ class SearchPipeline:
         ranking_values: dict[str, dict[int, float]] | None = None
         if self.ranking is not None and order:
             t0 = time.perf_counter()
-            order, ranking_values = self.ranking.rank(query, order, self.index)
+            order, ranking_values = self.ranking.rank(
+                query, order, self.index,
+                channels={n: (channel_scores[n], no_match[n]) for n in channel_scores})
             t["ranking"] = time.perf_counter() - t0
 
         def chunk_rows(pairs) -> list[tuple[str, str | None, int, int, str]]:

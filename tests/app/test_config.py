@@ -123,3 +123,26 @@ def test_schema_keys_read_from_the_dataclasses_equal_the_structured_configs_keys
     got = schema_keys()
     assert got == keys(OmegaConf.structured(RagConfig)) | declared
     assert {"search.top_k", "embedder.backend", "bm25.k1"} <= got
+
+
+@pytest.mark.parametrize("override, match", [
+    ("fusion.weights={bm25:-1}", r"fusion.weights.bm25: a registered channel"),
+    ("fusion.identifier_weights.bm25=-0.5", r"fusion.identifier_weights.bm25"),
+    ("fusion.weights={bm26:1}", r"fusion.weights.bm26"),
+    ("search.fallback=bm26", r"search.fallback must be a channel of"),
+    ("ranking.features=[definition,nope]", r"ranking: unknown feature 'nope'"),
+    ("ranking.file_saturation=0", r"ranking.file_saturation must be in \(0, 1\]"),
+    ("ranking.priors.test=0", r"ranking.priors.test must be a finite number > 0"),
+])
+def test_bad_fusion_fallback_and_ranking_settings_are_named(compose, override, match):
+    with pytest.raises(ValueError, match=match):
+        validate(compose([override]))
+
+
+def test_the_ranking_defaults_have_one_source(compose):
+    from rag.search.ranking.options import RankingOptions
+
+    cfg = compose([])
+    assert RankingOptions.from_config(cfg.ranking) == RankingOptions()
+    assert RankingOptions.from_config(compose(["ranking=disabled"]).ranking).enabled is False
+    validate(compose(["+sweep=ranking", "fusion.weights={dense:0.5}"]))

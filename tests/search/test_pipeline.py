@@ -161,3 +161,39 @@ def test_index_header_is_an_ablation_axis(fixture_repo, embedder, tmp_path):
     assert bare.bm25.score("payments").max() == 0
     with pytest.raises(ValueError, match="index.header must be one of"):
         indexed_texts([chunk], "bogus")
+
+
+def test_a_routed_query_bm25_cannot_answer_falls_back_to_dense_a_named_mode_does_not(index):
+    from dataclasses import replace
+
+    opts = SearchOptions(mode="auto", fallback="dense", min_dense=0.0, weak_dense=0.0)
+    res = SearchPipeline(index, opts).search("zzqxWvutNop")
+    assert res.route == "bm25>dense"
+    assert res.ranked and all(h.scores["bm25"] is None for h in res.ranked)
+    # the dense channel's own order and scores
+    dense = index.dense.top(index.dense.scores(index.dense.embed_query("zzqxWvutNop")),
+                            len(res.ranked))
+    assert [h.chunk_id for h in res.ranked] == [index.chunks[i].id for i, _ in dense]
+    assert "answered by the dense channel instead" in res.reason
+    named = SearchPipeline(index, replace(opts, mode="bm25")).search("zzqxWvutNop")
+    assert named.route == "bm25" and named.ranked == []
+    none = SearchPipeline(index, replace(opts, fallback=None)).search("zzqxWvutNop")
+    assert none.route == "bm25" and none.ranked == []
+
+
+def test_the_ranking_stage_logs_its_features_per_hit(index):
+    from rag.search.ranking import RankingOptions
+
+    opts = SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0,
+                         ranking=RankingOptions())
+    res = SearchPipeline(index, opts).search("handleAuthCallback")
+    top = res.ranked[0]
+    assert top.symbol == "handleAuthCallback"
+    assert top.scores["rank:definition"] == 1.0
+    keys = [k for k in top.scores if k.startswith("rank:")]
+    assert keys == ["rank:definition", "rank:embedded_identifier", "rank:path_match",
+                    "rank:file_coherence", "rank:category_prior", "rank:chunk_length"]
+    assert top.scores["ranking"] == pytest.approx(top.score)
+    assert "ranking" in res.timings_ms
+    plain = SearchPipeline(index, SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0))
+    assert "ranking" not in plain.search("handleAuthCallback").ranked[0].scores

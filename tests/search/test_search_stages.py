@@ -363,3 +363,62 @@ def test_pipeline_reason_under_a_type_filter(tmp_path):
     assert res.hits == [] and res.reason.startswith("no lexical match in the selected types")
     res = SearchPipeline(index, SearchOptions(mode="bm25")).search("handleAuthCallback")
     assert [h.path for h in res.hits] == ["notes.txt"] and res.reason is None
+
+
+# --------------------------------------------------------------------------- BM25 IDF variants
+
+# Lucene's IDF ln(1 + (N - n + 0.5) / (n + 0.5)) is never 0: 'alpha' (n = 4 of 5) gets
+# ln(1 + 1.5 / 4.5) = ln(4/3), so it scores where Okapi's floor gives nothing
+ALPHA_IDF = math.log(1 + (5 - 4 + 0.5) / (4 + 0.5))
+
+
+def _okapi_tf(tf: int, length: int) -> float:
+    return tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * length / 2.6))
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_lucene_idf_by_hand_on_both_backends(backend: str):
+    ch = build_bm25(SMALL, backend=backend, idf="lucene")
+    assert ch.idf == "lucene" and ch.path_field is False
+    hits = ch.search("alpha", 10)
+    # docs 1 and 4 (length 2) tie, then doc 0 (length 3), then doc 2 (length 4)
+    assert [i for i, _ in hits] == [1, 4, 0, 2]
+    assert [s for _, s in hits] == pytest.approx(
+        [ALPHA_IDF * _okapi_tf(1, L) for L in (2, 2, 3, 4)], rel=1e-6)
+    zeta = ch.search("zeta", 10)
+    assert zeta[0][0] == 2
+    assert zeta[0][1] == pytest.approx(math.log(1 + 4.5 / 1.5) * _okapi_tf(2, 4), rel=1e-6)
+    with pytest.raises(ValueError, match="bm25.idf must be one of"):
+        build_bm25(SMALL, backend=backend, idf="bm25+")
+
+
+def test_path_field_weighs_the_file_stem_twice_and_keeps_the_last_directories():
+    from rag.index.bm25 import path_field
+
+    assert path_field("src/gin/tree.go") == "tree tree src gin"
+    assert path_field("a/b/c/d/e/tree.go") == "tree tree c d e"
+    assert path_field("setup.py") == "setup setup"
+    docs = ["func insert(n)", "func insert(n)", "func other()"]
+    ch = build_bm25(docs, idf="lucene", paths=["tree.go", "node.go", "misc.go"])
+    assert ch.path_field is True
+    # 'tree' is only in doc 0's path field: the stem, twice
+    assert [i for i, _ in ch.search("tree insert", 10)][:1] == [0]
+    with pytest.raises(ValueError, match="2 paths for 3 chunk texts"):
+        build_bm25(docs, paths=["a.go", "b.go"])
+
+
+# --------------------------------------------------------------------------- weighted RRF
+
+
+def test_weighted_rrf_by_hand_and_equal_weights_are_plain_rrf():
+    runs = {"dense": ["a", "b", "c"], "bm25": ["c", "a"]}
+    assert rrf(runs, k=60, weights={"dense": 2.0, "bm25": 2.0}) == [
+        (x, pytest.approx(2 * s)) for x, s in rrf(runs, k=60)]
+    got = rrf(runs, k=0, weights={"bm25": 0.5})
+    # a: 1/1 + 0.5/2 = 1.25; c: 1/3 + 0.5/1 = 0.8333; b: 1/2
+    assert got == [("a", pytest.approx(1.25)), ("c", pytest.approx(1 / 3 + 0.5)),
+                   ("b", pytest.approx(0.5))]
+    assert rrf(runs, k=0, weights={"bm25": 0.0}) == [("a", 1.0), ("b", 0.5),
+                                                     ("c", pytest.approx(1 / 3))]
+    with pytest.raises(ValueError, match="weights must be >= 0"):
+        rrf(runs, weights={"dense": -1.0})

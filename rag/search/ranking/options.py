@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rag.core.paths import expand_path
+
 #: feature -> weight (rag/search/ranking/stage.py: ``add`` features in units of the best
 #: first-stage score, ``scale`` ones as an exponent); semble's values (MinishLab/semble
 #: ranking/boosting.py: definition x3, embedded identifiers half of it, stem x1, file coherence
@@ -17,6 +19,8 @@ DEFAULT_WEIGHTS = {"definition": 3.0, "embedded_identifier": 1.5, "path_match": 
 #: leaves them out)
 DEFAULT_PRIORS = {"test": 0.3, "example": 0.3, "documentation": 0.3, "config": 0.3,
                   "reexport": 0.5, "compat": 0.3, "declaration": 0.7}
+#: how the features' values become one score (rag/search/ranking/stage.py)
+COMBINERS = ("weighted", "lambdamart")
 #: the factor of each further chunk of a file already selected (semble's file saturation)
 DEFAULT_FILE_SATURATION = 0.5
 
@@ -32,6 +36,10 @@ class RankingOptions:
         file_saturation: in (0, 1]: the n-th extra chunk of one file in the ranking is scored
             ``x file_saturation ** n`` (1: off).
         scan: let features add chunks the first stage did not return.
+        combiner: :data:`COMBINERS`: ``weighted`` (the hand-weighted formula of stage.py) or
+            ``lambdamart`` (the model file ``model``, rag/search/ranking/learned.py).
+        model: the learned combiner's model file (``combiner=lambdamart`` only; in the config
+            a relative path is taken from the project root).
     """
 
     enabled: bool = True
@@ -40,6 +48,8 @@ class RankingOptions:
     priors: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRIORS))
     file_saturation: float = DEFAULT_FILE_SATURATION
     scan: bool = True
+    combiner: str = "weighted"
+    model: str | None = None
 
     @classmethod
     def from_config(cls, node: Any) -> "RankingOptions":
@@ -54,7 +64,9 @@ class RankingOptions:
         opts = cls(enabled=bool(node.enabled), features=tuple(str(f) for f in node.features),
                    weights={**DEFAULT_WEIGHTS, **{str(k): float(v) for k, v in node.weights.items()}},
                    priors={str(k): float(v) for k, v in node.priors.items()},
-                   file_saturation=float(node.file_saturation), scan=bool(node.scan))
+                   file_saturation=float(node.file_saturation), scan=bool(node.scan),
+                   combiner=str(node.get("combiner", "weighted")),
+                   model=None if node.get("model") is None else str(expand_path(node.model)))
         opts.check()
         return opts
 
@@ -73,6 +85,36 @@ class RankingOptions:
                 if not math.isfinite(v) or (what == "priors" and v <= 0):
                     raise ValueError(f"ranking.{what}.{k} must be a finite number"
                                      + (" > 0" if what == "priors" else "") + f", got {v}")
+        if self.combiner not in COMBINERS:
+            raise ValueError(f"ranking.combiner must be one of {list(COMBINERS)}, got "
+                             f"{self.combiner!r}")
+        if self.combiner == "lambdamart" and not self.model:
+            raise ValueError("ranking.combiner=lambdamart needs ranking.model=FILE (a model "
+                             "file of rag ranking train)")
         if not 0 < self.file_saturation <= 1:
             raise ValueError(f"ranking.file_saturation must be in (0, 1], got "
                              f"{self.file_saturation}")
+
+
+def ablation_sweep(features: tuple[str, ...] | None = None) -> list[tuple[str, ...]]:
+    """The feature sets of the ranking ablation (conf/sweep/ranking.yaml), in order: every
+    feature (the baseline), each one removed, each one alone, none (file saturation only).
+
+    Args:
+        features: the features to ablate (default: every registered one with a non-zero
+            default weight, in registry order; a weight-0 feature changes no ranking).
+
+    Returns:
+        distinct feature tuples, baseline first.
+    """
+    from rag.search.ranking.features import FEATURE_NAMES
+
+    if features is None:
+        features = tuple(f for f in FEATURE_NAMES if DEFAULT_WEIGHTS.get(f, 0.0))
+    sets = [features, *(tuple(g for g in features if g != f) for f in features),
+            *((f,) for f in features), ()]
+    out: list[tuple[str, ...]] = []
+    for s in sets:
+        if s not in out:
+            out.append(s)
+    return out

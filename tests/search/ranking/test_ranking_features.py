@@ -1,0 +1,115 @@
+"""Each registered ranking feature on hand-built chunks, with values computed by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from rag.search.ranking.chunk_facts import ChunkFacts, definition_pattern, stem_forms
+from rag.search.ranking.feature import RankingContext
+from rag.search.ranking.features import FEATURE_NAMES, FEATURES, register
+from rag.search.ranking.options import DEFAULT_PRIORS
+from rag.search.ranking.query_shape import query_shape
+
+
+def chunk(path, symbol=None, kind="function", start=1, end=10, category="code", text=""):
+    return SimpleNamespace(path=path, symbol=symbol, kind=kind, start_line=start,
+                           end_line=end, category=category, text=text)
+
+
+CHUNKS = [
+    chunk("command.go", "Command", kind="class", text="type Command struct {"),        # 0
+    chunk("command.go", "Command.ExecuteC", kind="method"),                           # 1
+    chunk("doc/usage.md", "Usage", kind="section", category="documentation",
+          text="call ExecuteC to run"),                                                # 2
+    chunk("internal/radix/tree.go", "node.insert", kind="method"),                    # 3
+    chunk("lib/router.ex", None, kind="window", text="defmodule Phoenix.Router do"),   # 4
+    chunk("command_test.go", "TestExecuteC", category="test"),                        # 5
+    chunk("pkg/__init__.py", "<module>", kind="module"),                               # 6
+    chunk("types/index.d.ts", "Handler", kind="class", text="interface Handler {"),   # 7
+]
+
+
+def ctx(query, base, *, scan=True, chunks=CHUNKS, priors=DEFAULT_PRIORS):
+    return RankingContext(shape=query_shape(query), chunks=chunks,
+                          facts=ChunkFacts.of(chunks), base=base, priors=priors, scan=scan)
+
+
+def test_registry_names_every_feature_once():
+    assert FEATURE_NAMES == ("definition", "embedded_identifier", "path_match",
+                             "file_coherence", "category_prior", "chunk_length")
+    assert all(FEATURES[n].name == n and FEATURES[n].combine in ("add", "scale")
+               for n in FEATURE_NAMES)
+    with pytest.raises(ValueError, match="registered twice"):
+        register(FEATURES["definition"])
+
+
+def test_chunk_facts_name_stem_and_definition():
+    f = ChunkFacts.of(CHUNKS)
+    assert f.stems[:2] == ["command", "command"] and f.stems[3] == "tree"
+    # the last component of a qualified symbol; modules, sections and windows define nothing
+    assert f.defined == ["Command", "ExecuteC", None, "insert", None, "TestExecuteC", None,
+                         "Handler"]
+    assert f.by_defined["ExecuteC"] == [1] and f.by_stem["command"] == [0, 1]
+    assert stem_forms("routers") == {"routers", "router"}
+    assert stem_forms("radix_tree") == {"radix_tree", "radixtree"}
+    # a window is a definition when a keyword introduces the name in its text
+    assert f.defines(4, CHUNKS[4], frozenset({"Router"}))
+    assert not f.defines(2, CHUNKS[2], frozenset({"ExecuteC"}))   # a mention, not a definition
+    assert definition_pattern("Router").search("  class Router(Base):")
+    assert not definition_pattern("Router").search("class RouterBase:")
+
+
+def test_definition_finds_the_definition_outside_the_candidates():
+    feat = FEATURES["definition"]
+    # ExecuteC: chunk 1 defines it (stem 'command' != 'executec': value 1); with scan it is
+    # added though the first stage returned only the docs and the test
+    assert feat.compute(ctx("ExecuteC", {2: 1.0, 5: 0.5})) == {1: 1.0}
+    assert feat.compute(ctx("ExecuteC", {2: 1.0, 5: 0.5}, scan=False)) == {}
+    # Command: defined in command.go, whose stem is the name: the stem bonus 1.5
+    assert feat.compute(ctx("Command", {})) == {0: 1.5}
+    assert feat.compute(ctx("Phoenix.Router", {4: 1.0})) == {4: 1.5}
+    assert feat.compute(ctx("how is a command executed", {0: 1.0})) == {}
+
+
+def test_embedded_identifier_in_prose():
+    feat = FEATURES["embedded_identifier"]
+    assert feat.compute(ctx("where does ExecuteC parse flags", {2: 1.0})) == {1: 1.0}
+    assert feat.compute(ctx("where does execution parse flags", {2: 1.0})) == {}
+    assert feat.compute(ctx("ExecuteC", {2: 1.0})) == {}   # an identifier query: definition's
+
+
+def test_path_match_share_of_keywords_with_morphology():
+    feat = FEATURES["path_match"]
+    # keywords {radix, tree, path, matching}: tree.go's parts {tree, radix} match 2 of 4
+    assert feat.compute(ctx("radix tree path matching", {3: 1.0, 0: 1.0})) == {3: 0.5}
+    # 'commands' ~ 'command' (shared prefix >= 3 letters), 1 of {commands, run}
+    got = feat.compute(ctx("commands run", {0: 1.0, 3: 1.0}))
+    assert got == {0: 0.5}
+    assert feat.compute(ctx("Command", {0: 1.0})) == {}
+
+
+def test_file_coherence_sums_a_files_first_stage_mass():
+    feat = FEATURES["file_coherence"]
+    # command.go: 0.6 + 0.3 = 0.9 (best chunk 0, value 1); tree.go 0.45 / 0.9; usage.md 0.2 / 0.9
+    got = feat.compute(ctx("x y z", {0: 0.6, 1: 0.3, 3: 0.45, 2: 0.2}))
+    assert got == {0: 1.0, 3: pytest.approx(0.5), 2: pytest.approx(0.2 / 0.9)}
+
+
+def test_category_prior_multiplies_category_and_path_marks():
+    feat = FEATURES["category_prior"]
+    got = feat.compute(ctx("x", {0: 1.0, 2: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}))
+    # code at command.go: 1 (left out); docs 0.3; test 0.3; __init__.py re-export 0.5;
+    # a .d.ts declaration 0.7
+    assert got == {2: 0.3, 5: 0.3, 6: 0.5, 7: 0.7}
+    assert feat.compute(ctx("x", {5: 1.0}, priors={"test": 0.5, "compat": 0.1})) == {5: 0.5}
+
+
+def test_chunk_length_is_log_scaled_and_capped():
+    feat = FEATURES["chunk_length"]
+    chunks = [chunk("a.py", start=1, end=1), chunk("a.py", start=1, end=10),
+              chunk("a.py", start=1, end=900)]
+    got = feat.compute(ctx("x", {0: 1.0, 1: 1.0, 2: 1.0}, chunks=chunks))
+    assert got == {0: 0.0, 1: pytest.approx(math.log(10) / math.log(201)), 2: 1.0}
