@@ -266,6 +266,11 @@ def _ranking_default(name: str):
     return (lambda: list(value)) if isinstance(value, tuple) else (lambda: dict(value))
 
 
+from rag.search.ranking.options import RankingOptions  # noqa: E402 - its defaults
+
+_RANKING_DEFAULTS = RankingOptions()
+
+
 @dataclass
 class RankingConfig:
     """The ranking stage (rag/search/ranking/; defaults: rag/search/ranking/options.py)."""
@@ -275,8 +280,8 @@ class RankingConfig:
     weights: dict[str, float] = field(default_factory=_ranking_default("weights"))
     priors: dict[str, float] = field(default_factory=_ranking_default("priors"),
                                      metadata={"keys": _prior_keys})
-    file_saturation: float = 0.5
-    scan: bool = True
+    file_saturation: float = _RANKING_DEFAULTS.file_saturation
+    scan: bool = _RANKING_DEFAULTS.scan
     # weighted (the hand-weighted sum) or lambdamart (a model file of `rag ranking train`)
     combiner: str = "weighted"
     # the learned combiner's model file (relative: from the project root)

@@ -15,14 +15,19 @@ from rag.core.paths import expand_path
 DEFAULT_WEIGHTS = {"definition": 3.0, "embedded_identifier": 1.5, "path_match": 1.0,
                    "file_coherence": 0.2, "category_prior": 1.0, "chunk_length": 0.0}
 #: category or path mark -> factor (semble's ranking/penalties.py: tests, examples and compat
-#: 0.3, re-exports 0.5, .d.ts 0.7; documentation and config 0.3, as semble's default index
-#: leaves them out)
-DEFAULT_PRIORS = {"test": 0.3, "example": 0.3, "documentation": 0.3, "config": 0.3,
+#: 0.3, re-exports 0.5, .d.ts 0.7). Documentation and config are 1 (no prior): semble's labels
+#: never name them (its index leaves them out), but rag's own sets do (Flask, zod and
+#: itsdangerous docs queries lose 0.03-0.62 Recall@8 at 0.3); conf/ranking/code_only.yaml
+#: adds them back (experiments/ranking.md)
+DEFAULT_PRIORS = {"test": 0.3, "example": 0.3, "documentation": 1.0, "config": 1.0,
                   "reexport": 0.5, "compat": 0.3, "declaration": 0.7}
 #: how the features' values become one score (rag/search/ranking/stage.py)
 COMBINERS = ("weighted", "lambdamart")
-#: the factor of each further chunk of a file already selected (semble's file saturation)
-DEFAULT_FILE_SATURATION = 0.5
+#: the factor of each further chunk of a file already selected (semble's file saturation,
+#: 0.5 there): off, since several chunks of one file are each a relevant unit of rag's own
+#: sets (0.5 costs Flask 0.11 Recall@8); conf/ranking/code_only.yaml sets semble's 0.5
+#: (experiments/ranking.md)
+DEFAULT_FILE_SATURATION = 1.0
 
 
 @dataclass(frozen=True)

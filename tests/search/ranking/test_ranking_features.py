@@ -100,10 +100,13 @@ def test_file_coherence_sums_a_files_first_stage_mass():
 
 def test_category_prior_multiplies_category_and_path_marks():
     feat = FEATURES["category_prior"]
-    got = feat.compute(ctx("x", {0: 1.0, 2: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}))
-    # code at command.go: 1 (left out); docs 0.3; test 0.3; __init__.py re-export 0.5;
-    # a .d.ts declaration 0.7
+    base = {0: 1.0, 2: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
+    got = feat.compute(ctx("x", base, priors={**DEFAULT_PRIORS, "documentation": 0.3}))
+    # code at command.go: 1 (left out); docs 0.3 (as set); test 0.3; __init__.py re-export
+    # 0.5; a .d.ts declaration 0.7
     assert got == {2: 0.3, 5: 0.3, 6: 0.5, 7: 0.7}
+    # by default documentation has no prior (options.py): the docs chunk is left out
+    assert feat.compute(ctx("x", base)) == {5: 0.3, 6: 0.5, 7: 0.7}
     assert feat.compute(ctx("x", {5: 1.0}, priors={"test": 0.5, "compat": 0.1})) == {5: 0.5}
 
 
