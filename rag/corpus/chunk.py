@@ -24,7 +24,8 @@ Python, Markdown, reST and windows make exactly the chunks of ``CHUNKER_VERSION`
 adds symbol chunks for the languages of :data:`rag.corpus.languages.LANGUAGES` (TypeScript,
 JavaScript, Go, Rust, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift), which were windows before;
 version 4 changes only those languages' symbol chunks (doc comments across one blank line,
-recovery of declarations in trees with errors, classes in JS/TS functions).
+recovery of declarations in trees with errors, classes in JS/TS functions); version 5 adds
+Scala and shell (Bash) symbol chunks, which were windows, and changes nothing else.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from rag.corpus.walk import Document
 # 4: tree-sitter languages: a doc comment one blank line above a declaration is its own;
 #    declarations a tree with errors lost are recovered; classes in a top-level JS/TS function
 #    are chunks (rag/corpus/languages.py); Python, Markdown, reST and windows as in 3
-CHUNKER_VERSION = "4"
+# 5: Scala (.scala, .sc) and shell (.sh, .bash) by symbol, which were windows; everything
+#    else as in 4
+CHUNKER_VERSION = "5"
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).

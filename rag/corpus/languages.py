@@ -335,6 +335,27 @@ RUBY = LanguageSpec(
     doc_comment=r"#(?!\s*(?:frozen_string_literal|encoding|coding|-\*-|typed|rubocop|!))|=begin",
 )
 
+SCALA = LanguageSpec(
+    name="scala", grammar="scala",
+    # a `def` without a body (an abstract member) is a function_declaration: kept in its trait
+    functions=_types("function_definition"),
+    containers=_types("class_definition", "object_definition", "trait_definition",
+                      "enum_definition", "type_definition"),
+    namespaces=_types("package_object"),
+    body_types=_types("template_body", "enum_body"),
+    leading=_types("comment", "block_comment"),
+    doc_comment=_BLOCK_DOC,  # Scaladoc
+)
+
+BASH = LanguageSpec(
+    name="shell", grammar="bash",
+    functions=_types("function_definition"),
+    containers=frozenset(),
+    leading=_types("comment"),
+    # a comment block above a function documents it (shellcheck directives excepted)
+    doc_comment=r"#(?!!|\s*shellcheck)",
+)
+
 #: File suffix (lower case) -> its language. Python is not here: it stays on ``ast``.
 LANGUAGES: Mapping[str, LanguageSpec] = {
     **dict.fromkeys((".ts", ".mts", ".cts"), TYPESCRIPT),
@@ -350,6 +371,8 @@ LANGUAGES: Mapping[str, LanguageSpec] = {
     ".php": PHP,
     ".kt": KOTLIN, ".kts": KOTLIN,
     ".swift": SWIFT,
+    ".scala": SCALA, ".sc": SCALA,
+    ".sh": BASH, ".bash": BASH,
 }
 
 _PYTHON_SUFFIXES = (".py", ".pyi")

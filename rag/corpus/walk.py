@@ -64,7 +64,9 @@ _SOURCE_SUFFIXES = {
     ".h", ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".scala", ".sh", ".bash",
     ".html", ".htm", ".jinja", ".j2", ".css", ".scss", ".sql", ".lua", ".pl", ".r",
     # the other suffixes rag.corpus.languages chunks by symbol
-    ".cjs", ".mts", ".cts", ".kts", ".cxx", ".c++", ".hh", ".hxx", ".h++",
+    ".cjs", ".mts", ".cts", ".kts", ".cxx", ".c++", ".hh", ".hxx", ".h++", ".sc",
+    # Elixir (windows: no symbol chunker yet)
+    ".ex", ".exs",
 }
 #: directories whose files are tests: Python/Java (src/test/)/Rust/Go tests/ and test/,
 #: RSpec and Jasmine spec/, Jest __tests__/ and its module mocks __mocks__/ (test doubles that

@@ -37,6 +37,21 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "languages"
 M, F, C, ME = "module", "function", "class", "method"
 
 EXPECTED: dict[str, list[tuple[str, str, int, int]]] = {
+    "sample.scala": [
+        ("<module>", M, 1, 3),                 # package and import
+        ("Decoder", C, 5, 12),                 # Scaladoc, the trait, its abstract `def apply`
+        ("Decoder.map", ME, 9, 11),            # the anonymous class stays in the method
+        ("Decoder", C, 14, 20),                # the companion object
+        ("Decoder.Result", C, 15, 15),         # a type alias
+        ("Decoder.instance", ME, 17, 19),
+        ("Json", C, 22, 25),
+        ("Json.noSpaces", ME, 23, 24),         # with the comment above it
+    ],
+    "sample.sh": [
+        ("<module>", M, 1, 14),                # shebang, set -e, the final call
+        ("_bash-it-update", F, 4, 8),          # `function name()` with its comment
+        ("helper_fn", F, 10, 12),              # `name ()`
+    ],
     "sample.ts": [
         ("<module>", M, 1, 56),            # 1 import, 3 VERSION, 44/49 namespace braces, 51-56
         ("ZodString", C, 5, 14),           # doc comment 5 + export; minus 9-11 and 13
@@ -226,7 +241,7 @@ def test_every_language_has_a_fixture():
     assert names == {spec.name for spec in LANGUAGES.values()}
     for suffix in (".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx", ".go", ".rs",
                    ".java", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cs",
-                   ".rb", ".php", ".kt", ".kts", ".swift"):
+                   ".rb", ".php", ".kt", ".kts", ".swift", ".scala", ".sc", ".sh", ".bash"):
         assert language_for(f"a/b{suffix.upper()}") is LANGUAGES[suffix]
 
 
@@ -255,8 +270,8 @@ def test_trailing_comment_of_code_is_not_a_leading_comment():
 
 
 def test_unknown_suffix_and_unparsable_file_fall_back_to_windows():
-    text = "object Main {\n  def main(args: Array[String]): Unit = ()\n}\n"
-    assert _rows(chunk_document(_doc("Main.scala", text))) == [(None, "window", 1, 3)]
+    text = "defmodule Main do\n  def main(args), do: args\nend\n"
+    assert _rows(chunk_document(_doc("main.ex", text))) == [(None, "window", 1, 3)]
     # a .ts file that is not TypeScript: errors and no symbol
     junk = "}}} this is @@ not ((( code\n\nat all <<<\n"
     assert _rows(chunk_document(_doc("junk.ts", junk))) == [(None, "window", 1, 3)]
@@ -332,7 +347,7 @@ def test_python_stays_on_the_ast_chunker():
         ("f", F, 15, 18),
     ]
     assert chunks == chunk_python(doc)
-    assert CHUNKER_VERSION == "4"
+    assert CHUNKER_VERSION == "5"
 
 
 def test_language_names():
