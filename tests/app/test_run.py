@@ -53,14 +53,15 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     for k in ("recall_at_8", "mrr", "ndcg_at_10", "abstain_rate", "false_weak_rate",
               "tag.prose.recall_at_8", "tag.symbol.mrr", "hit_at_1"):
         assert 0.0 <= metrics[k] <= 1.0, k
-    # the symbol query routes to BM25, where the exact identifier must win
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("rag-shop")
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.data.params["search.mode"] == "auto"
+    # every composed key is a param, as composed (the default: hybrid + the ranking stage)
+    assert run.data.params["search.mode"] == str(cfg.search.mode) == "hybrid"
+    assert run.data.params["ranking.enabled"] == "true"
     assert run.data.params["corpus.path"] == str(fixture_repo)
     for tag in ("git_commit", "corpus_fingerprint", "golden_fingerprint", "model_id"):
         assert run.data.tags[tag], tag
