@@ -19,7 +19,7 @@ def test_every_module_of_the_folder_is_a_subcommand_in_its_order():
     assert [m.ORDER for m in commands()] == sorted(m.ORDER for m in commands())
     # the shipped order of `rag --help` (docs/cli.md)
     assert list(sub.choices) == ["run", "report", "diff", "search", "index", "serve",
-                                 "completion", "reranker", "golden", "gate", "ledger"]
+                                 "completion", "reranker", "ranking", "golden", "gate", "ledger"]
 
 
 def test_each_subcommand_dispatches_to_its_module():
@@ -27,7 +27,7 @@ def test_each_subcommand_dispatches_to_its_module():
     for m in commands():
         argv = {"diff": ["diff", "a", "b"], "search": ["search", "q"],
                 "completion": ["completion", "bash"], "gate": ["gate", "a", "b"]}.get(m.NAME, [m.NAME])
-        if m.NAME in ("reranker", "golden", "ledger"):
+        if m.NAME in ("reranker", "ranking", "golden", "ledger"):
             continue  # they need an action; their parsers are tested with them
         args, _ = parser.parse_known_args(argv)
         assert args.func is m.run, m.NAME

@@ -60,7 +60,7 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     run = runs[0]
     assert run.info.status == "FINISHED"
     # every composed key is a param, as composed (the default: hybrid + the ranking stage)
-    assert run.data.params["search.mode"] == str(cfg.search.mode) == "hybrid"
+    assert run.data.params["search.mode"] == cfg.search.mode.value == "hybrid"
     assert run.data.params["ranking.enabled"] == "true"
     assert run.data.params["corpus.path"] == str(fixture_repo)
     for tag in ("git_commit", "corpus_fingerprint", "golden_fingerprint", "model_id"):
@@ -229,6 +229,23 @@ def test_every_sweep_file_composes_and_validates(compose):
 
     from rag.app.config import validate
 
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from rag.app.config import register_resolvers
+
+    register_resolvers()
+    parser = OverridesParser.create()
+
+    def resolved(value) -> str:
+        return str(OmegaConf.create({"v": str(value)}).v)
+
+    def values(override: str) -> list[str]:
+        ov = parser.parse_override(override)
+        if ov.is_sweep_override():
+            return list(ov.sweep_string_iterator())
+        return [ov.get_value_element_as_str()]
+
     sweeps = sorted((PROJECT / "conf/sweep").glob("*.yaml"))
     assert {p.stem for p in sweeps} >= {"routing", "prose_mode", "topk", "thresholds", "rrf_k",
                                          "bm25_backend", "embedder"}
@@ -238,10 +255,12 @@ def test_every_sweep_file_composes_and_validates(compose):
         assert f"+sweep={path.stem}" in text.splitlines()[1], path.name
         raw = yaml.safe_load(text)
         assert raw["hydra"]["mode"] == "MULTIRUN"
-        swept = {k: str(v).split(",") for k, v in raw["hydra"]["sweeper"]["params"].items()}
-        baseline = dict(o.split("=", 1) for o in raw["sweep"]["baseline"].split())
+        # a value may come from a resolver (${rag_ranking_ablations:}); Hydra's own parser
+        # splits the sweep (lists hold commas)
+        swept = {k: values(f"{k}={resolved(v)}") for k, v in raw["hydra"]["sweeper"]["params"].items()}
+        baseline = dict(o.split("=", 1) for o in resolved(raw["sweep"]["baseline"]).split())
         for key, value in baseline.items():
-            assert swept[key][0] == value, (path.name, key)
+            assert swept[key][0] == values(f"{key}={value}")[0], (path.name, key)
         jobs = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in swept.items()]))
         assert len(jobs) >= 2
         for job in jobs:
