@@ -62,7 +62,8 @@ class RankingOptions:
 
         Raises:
             ValueError: an unknown feature, a weight of an unknown feature, a non-finite
-                weight or prior, or ``file_saturation`` outside (0, 1].
+                weight or prior, ``file_saturation`` outside (0, 1], or under ``lambdamart``
+                a model file that is missing or not a model of this rag.
         """
         if node is None:
             return cls()
@@ -96,6 +97,10 @@ class RankingOptions:
         if self.combiner == "lambdamart" and not self.model:
             raise ValueError("ranking.combiner=lambdamart needs ranking.model=FILE (a model "
                              "file of rag ranking train)")
+        if self.combiner == "lambdamart":
+            from rag.search.ranking.learned import model_at
+
+            model_at(self.model)  # a missing or unreadable file fails here, named, not mid-run
         if not 0 < self.file_saturation <= 1:
             raise ValueError(f"ranking.file_saturation must be in (0, 1], got "
                              f"{self.file_saturation}")

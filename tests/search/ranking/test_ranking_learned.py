@@ -97,6 +97,11 @@ def test_bad_model_files_are_named(tmp_path):
         model_at(old)
     with pytest.raises(ValueError, match="needs ranking.model"):
         RankingStage(RankingOptions(combiner="lambdamart"))
+    # the options refuse a bad model file before any run starts (the schema's validate)
+    with pytest.raises(ValueError, match=r"missing\.json: no such file"):
+        RankingOptions(combiner="lambdamart", model=str(tmp_path / "missing.json")).check()
+    with pytest.raises(ValueError, match="not a .* model file"):
+        RankingOptions(combiner="lambdamart", model=str(other)).check()
 
 
 def test_the_stage_ranks_by_the_model(tmp_path):
