@@ -434,6 +434,19 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
                    help="git/github: skip a commit or PR touching more indexed files (default 20)")
     p.add_argument("--max-lines", type=int, default=500,
                    help="git: skip a commit changing more lines in indexed files (default 500)")
+    from rag.golden.miners.git import DEFAULT_MAX_LABELS, DEFAULT_MAX_SYMBOL_LINES
+
+    p.add_argument("--max-labels", type=int, default=DEFAULT_MAX_LABELS,
+                   help=f"git: skip a commit with more labels (default {DEFAULT_MAX_LABELS})")
+    p.add_argument("--max-symbol-lines", type=int, default=DEFAULT_MAX_SYMBOL_LINES,
+                   help="git: a changed symbol longer than this is labelled by its changed "
+                        f"lines instead (default {DEFAULT_MAX_SYMBOL_LINES})")
+    p.add_argument("--keep-tests", action="store_true",
+                   help="git: label test files too (default: left out; a commit changing "
+                        "only tests is skipped as test_only)")
+    p.add_argument("--keep-housekeeping", action="store_true",
+                   help="git: keep dependency-bump, CI, lint/format, typo, docs-only and "
+                        "changelog commits (default: skipped, each counted by reason)")
     p.add_argument("--export", action="append", default=[], metavar="FILE",
                    help="github: a gh JSON export of PRs and/or issues (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
@@ -466,7 +479,7 @@ def output_path(source: str, out: str | None, golden: str | None) -> Path:
 
 def mine(args: argparse.Namespace) -> MineResult:
     """Run the miner ``args.source`` names with the parsed options."""
-    for name in ("max", "max_files", "max_lines", "min_words"):
+    for name in ("max", "max_files", "max_lines", "min_words", "max_labels", "max_symbol_lines"):
         if getattr(args, name) < 0:
             raise MiningError(f"--{name.replace('_', '-')} must be >= 0")
     if args.max_file_bytes <= 0:

@@ -108,12 +108,14 @@ def history(tmp_path_factory):
     c["B"] = r.commit("Handle quoted values when parsing headers\n\n"
                       "Quoted values kept their quotes.\n\nSigned-off-by: T <t@example.com>")
     r.edit("pkg/parse.py", 7, ['    name,_,value = line.partition( ":" )'])
-    c["C"] = r.commit("Reformat the parser module with consistent spacing")
+    c["C"] = r.commit("Use consistent spacing around the partition call")
     r.edit("pkg/parse.py", 15, ["        return list(text.splitlines())  # debug"])
     c["D"] = r.commit("Add a debug flag to the reader output")
     r.git("revert", "--no-edit", "HEAD")
     r.write("poetry.lock", "[[package]]\nname = 'x'\n")
     c["F"] = r.commit("Pin the dependencies in the lock file")
+    r.write("logo.png", "\x89PNG\r\n\x1a\n\x00\x00binary")
+    c["P"] = r.commit("Add the logo image for the project page")
     r.edit("README.md", 3, ["A demo parser of headers."])
     c["G"] = r.commit("wip")
     r.write("pkg/__init__.py", '__version__ = "1.2.0"\n')
@@ -166,7 +168,7 @@ class Reader:
 def test_the_scripted_history_ends_where_the_expectations_assume(history):
     r, _ = history
     assert (r.root / "pkg/core/parse.py").read_text() == HEAD_PARSE
-    assert len(r.git("log", "--format=%H").split()) == 16
+    assert len(r.git("log", "--format=%H").split()) == 17
 
 
 def test_git_candidates_labels_and_skip_counts(history):
@@ -200,16 +202,21 @@ def test_git_candidates_labels_and_skip_counts(history):
     assert dict(res.skipped) == {
         "merge": 1,             # Merge branch 'csv'
         "revert": 1,            # Revert "Add a debug flag ..."
-        "generic_subject": 2,   # wip; Bump version to 1.2.0
-        "no_indexable_file": 1,  # poetry.lock only (lock files are not indexed)
+        "generic_subject": 1,   # Bump version to 1.2.0
+        "dependency_bump": 1,   # poetry.lock only
+        "ci": 0, "lint_or_format": 0, "typo": 0, "changelog": 0,
+        "docs_only": 1,         # wip, a README edit (housekeeping comes before generic)
+        "no_indexable_file": 1,  # logo.png only (binary files are not indexed)
+        "test_only": 0,
         "too_large": 1,         # 600 generated lines
         "no_line_change": 1,    # the pure rename
-        "whitespace_only": 1,   # the reformat
+        "whitespace_only": 1,   # the respacing
         "changed_since": 2,     # D (reverted, then rewritten by L) and Q (rewritten by R)
         "no_label": 0,
+        "too_many_labels": 0,
     }
     assert tuple(res.skipped) == GIT_SKIPS
-    assert res.examined == 16 and len(res.candidates) + sum(res.skipped.values()) == 16
+    assert res.examined == 17 and len(res.candidates) + sum(res.skipped.values()) == 17
     assert res.extra == {"at": c["R"], "files_differ_from_worktree": 0}
     first, root = res.candidates[0], res.candidates[-1]
     assert first["id"] == f"git-{c['R'][:10]}" and first["source"] == f"mined:git {c['R']}"

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from rag.golden.mining import CONVENTIONAL_PREFIX, MineResult, MiningError, chunks_of, is_generic, run_git, safe_id, walk_documents
+from rag.golden.commit_filters import HOUSEKEEPING, clean_subject, conventional_type, file_kind, housekeeping_reason
+from rag.golden.mining import MineResult, MiningError, chunks_of, is_generic, run_git, safe_id, walk_documents
 
 #: ``rag golden mine --from git``
 SOURCE = "git"
@@ -19,8 +20,12 @@ TAG = "mined_git"
 #: what ``examined`` counts
 NOUN = "commits"
 #: every skip reason (each counted, 0 too)
-SKIPS = ("merge", "revert", "generic_subject", "no_indexable_file", "too_large",
-         "no_line_change", "whitespace_only", "changed_since", "no_label")
+SKIPS = ("merge", "revert", "test_only", *HOUSEKEEPING, "generic_subject", "no_indexable_file",
+         "too_large", "no_line_change", "whitespace_only", "changed_since", "no_label",
+         "too_many_labels")
+#: defaults of ``--max-labels`` and ``--max-symbol-lines`` (rag golden mine's parser reads them)
+DEFAULT_MAX_LABELS = 8
+DEFAULT_MAX_SYMBOL_LINES = 150
 SYMBOL_LABEL_KINDS = frozenset({"function", "class", "method", "section"})
 
 _DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
@@ -122,7 +127,7 @@ _TRAILER = re.compile(r"^(Signed-off-by|Co-authored-by|Reviewed-by|Acked-by|Chan
 
 
 def _git_query(subject: str, body: str, with_body: bool) -> str:
-    q = CONVENTIONAL_PREFIX.sub("", subject).strip() or subject
+    q = clean_subject(subject)
     if with_body and body:
         kept = "\n".join(ln for ln in body.splitlines() if not _TRAILER.match(ln)).strip()
         if kept:
@@ -176,6 +181,12 @@ def _is_symbol_chunk(c) -> bool:
     return c is not None and c.kind in SYMBOL_LABEL_KINDS and bool(c.symbol)
 
 
+def _symbol_lines(chunks, symbol: str) -> int:
+    """How many lines the chunks carrying ``symbol`` span (first start to last end)."""
+    own = [c for c in chunks if c.symbol == symbol]
+    return max(c.end_line for c in own) - min(c.start_line for c in own) + 1
+
+
 def _line_runs(lines: Iterable[int], text_lines: list[str]) -> list[tuple[int, int]]:
     """Sorted line numbers as ``(start, end)`` runs; a gap of blank lines does not split."""
     runs: list[list[int]] = []
@@ -189,10 +200,21 @@ def _line_runs(lines: Iterable[int], text_lines: list[str]) -> list[tuple[int, i
 
 def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
              with_body: bool = False, max_files: int = 20, max_lines: int = 500,
-             min_words: int = 3, max_file_bytes: int = 1_000_000,
+             min_words: int = 3, max_labels: int = DEFAULT_MAX_LABELS,
+             max_symbol_lines: int = DEFAULT_MAX_SYMBOL_LINES,
+             keep_tests: bool = False, keep_housekeeping: bool = False,
+             max_file_bytes: int = 1_000_000,
              exclude: list[str] | None = None, include: list[str] | None = None) -> MineResult:
     """Candidates from the commits of the git repository holding ``root`` (module docstring:
     the skip reasons and the line-mapping rule).
+
+    ``keep_tests``: label test files too (by default a test file, as the walker categorises
+    it, is never a label, and a commit that changed only tests is skipped as ``test_only``).
+    ``keep_housekeeping``: do not skip the :data:`HOUSEKEEPING` commits
+    (:func:`rag.golden.commit_filters.housekeeping_reason`). ``max_labels``: a commit with
+    more labels is skipped (``too_many_labels``). ``max_symbol_lines``: a changed symbol
+    longer than this is labelled by the changed lines instead (a 400-line function is not
+    the answer to each of the fixes made in it).
 
     Raises:
         MiningError: ``root`` is not in a git work tree, or ``at`` is not a revision.
@@ -244,21 +266,35 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
         if re.match(r'^(Revert|Reapply) "', subject) or "This reverts commit" in body:
             skipped["revert"] += 1
             continue
-        if is_generic(CONVENTIONAL_PREFIX.sub("", subject), min_words):
-            skipped["generic_subject"] += 1
+        if not keep_tests and conventional_type(subject)[0] in ("test", "tests"):
+            skipped["test_only"] += 1
             continue
         # the commit's files (post-image paths) and where each is at --at
         own = parse_unified(run_git(top, "show", "--format=", "--unified=0", *_DIFF_OPTS, sha))
+        if not keep_housekeeping:
+            reason = housekeeping_reason(subject, [f.new or f.old for f in own])
+            if reason:
+                skipped[reason] += 1
+                continue
+        if is_generic(clean_subject(subject), min_words):
+            skipped["generic_subject"] += 1
+            continue
         own = [f for f in own if f.new is not None and rel(f.new) is not None]
         renames = _renames_since(top, sha, at_sha, renames_of, [f.new for f in own])
         kept = []  # (file diff, corpus path at --at)
+        tests_left_out = 0
         for f in own:
             target_rel = rel(renames[f.new])
             if target_rel is not None and target_rel in indexed \
                     and at_text(target_rel) is not None:
-                kept.append((f, target_rel))
+                if not keep_tests and docs[target_rel].category == "test":
+                    tests_left_out += 1
+                elif not keep_housekeeping and file_kind(target_rel) == "changelog":
+                    continue
+                else:
+                    kept.append((f, target_rel))
         if not kept:
-            skipped["no_indexable_file"] += 1
+            skipped["test_only" if tests_left_out else "no_indexable_file"] += 1
             continue
         n_lines = 0
         numstat = run_git(top, "show", "--format=", "--numstat", "-z", "-M", sha, "--",
@@ -274,7 +310,10 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
         paths = sorted({p for f, _ in kept for p in (f.old, f.new) if p})
         ws = run_git(top, "show", "--format=", "--unified=0", "-w", "--ignore-blank-lines",
                   *_DIFF_OPTS, sha, "--", *paths)
-        if not any(f.hunks for f in parse_unified(ws)):
+        # the hunks that change more than whitespace: a gofmt realignment of a const block,
+        # a re-indent, never labels the lines it touched
+        ws_hunks = {g.new: g.hunks for g in parse_unified(ws) if g.new is not None}
+        if not any(ws_hunks.values()):
             skipped["whitespace_only"] += 1
             continue
         # carry the commit's lines to --at: blob against blob, so a rename is no obstacle
@@ -304,7 +343,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                     return None
                 return m
 
-            for a, b, c, d in f.hunks:
+            for a, b, c, d in ws_hunks.get(f.new, ()):
                 if d:
                     for n in range(c, c + d):
                         total += 1
@@ -315,7 +354,8 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                         if m > len(text_lines) or not text_lines[m - 1].strip():
                             continue
                         ch = _smallest_chunk(chunks, m)
-                        if _is_symbol_chunk(ch):
+                        if _is_symbol_chunk(ch) and _symbol_lines(chunks, ch.symbol) \
+                                <= max_symbol_lines:
                             if ch.symbol not in symbols:
                                 symbols.append(ch.symbol)
                         else:
@@ -342,9 +382,13 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
         if not labels:
             skipped["changed_since" if lost else "no_label"] += 1
             continue
+        if len(labels) > max_labels:
+            skipped["too_many_labels"] += 1
+            continue
         labels.sort(key=lambda lab: (lab["path"], lab.get("lines", [0])[0]))
         note = (f"{len(kept)} indexed file(s), {n_lines} changed line(s) in the commit"
                 + (f"; {lost} of its {total} new line(s) rewritten since" if lost else "")
+                + (f"; {tests_left_out} test file(s) left out" if tests_left_out else "")
                 + ("" if sha == at_sha else f"; lines as at {at_sha[:10]}"))
         candidates.append({
             "id": safe_id("git", sha[:10], seen_ids),
@@ -366,4 +410,6 @@ def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> Mi
     ``max_file_bytes`` / ``exclude`` / ``include``)."""
     return mine_git(root, at=args.at, max_candidates=max_candidates, with_body=args.with_body,
                     max_files=args.max_files, max_lines=args.max_lines,
-                    min_words=args.min_words, **walk)
+                    min_words=args.min_words, max_labels=args.max_labels,
+                    max_symbol_lines=args.max_symbol_lines, keep_tests=args.keep_tests,
+                    keep_housekeeping=args.keep_housekeeping, **walk)

@@ -1,0 +1,172 @@
+"""What ``rag golden mine --from git`` does with a commit message and its changed files before a
+commit becomes a candidate: the subject cleaned into a query (:func:`clean_subject`), and the
+housekeeping commits that make no query named by a reason (:func:`housekeeping_reason`).
+
+The rules are the conventions most repositories follow, not any one repository's: the
+Conventional Commits prefix (https://www.conventionalcommits.org/en/v1.0.0/), GitHub's
+``(#123)`` squash-merge suffix and closing keywords
+(https://docs.github.com/en/issues/tracking-your-work-with-issues/using-issues/linking-a-pull-request-to-an-issue),
+Jira-style ticket keys, Dependabot/Renovate subjects, and the file names of CI systems,
+dependency manifests and changelogs. Their precision, measured by hand on samples of real
+histories, is in golden/README.md ("Mined from git").
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Iterable
+
+#: every reason :func:`housekeeping_reason` returns, in the order it tries them
+HOUSEKEEPING = ("dependency_bump", "ci", "lint_or_format", "typo", "docs_only", "changelog")
+
+#: a Conventional Commits prefix: ``fix:``, ``feat(router)!:``, ``chore(deps):``
+CONVENTIONAL_PREFIX = re.compile(
+    r"^(?P<type>feat|feature|fix|bugfix|hotfix|chore|docs?|refactor|perf|test|tests|build|ci|"
+    r"style|revert|deps|release|security|types?|lint)(?:\((?P<scope>[^)]*)\))?!?:\s*", re.I)
+
+# references a query never needs: GitHub's squash suffix and closing keywords, gh-123, [#12],
+# "PR #12", "issue #12", a Jira-style key in front ("ABC-123: ", "[ABC-123] ")
+_REFERENCE_PATTERNS = (
+    re.compile(r"\s*\((?:(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|refs?|see|issue|pr)\s*)?"
+               r"(?:[\w.-]+/[\w.-]+)?#\d+(?:\s*[,&]\s*(?:[\w.-]+/[\w.-]+)?#\d+)*\)", re.I),
+    re.compile(r"\s*\[#?\d+\]"),
+    re.compile(r"\s*\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?|refs?|see)\s+"
+               r"(?:[\w.-]+/[\w.-]+)?#\d+(?:\s*[,&]\s*#\d+)*", re.I),
+    re.compile(r"\s*\b(?:pr|pull request|issue)\s*#?\d+\b", re.I),
+    re.compile(r"\s*\bgh-\d+\b", re.I),
+    re.compile(r"(?<![\w&])#\d+\b"),
+    re.compile(r"^\s*\[?[A-Z][A-Z0-9]+-\d+\]?\s*[:\-]?\s*"),
+    re.compile(r"\s*\(\s*(?:by:?\s*@?[\w.-]+)?\s*\)", re.I),
+)
+_BRACKET_TAG = re.compile(r"^\s*\[[\w\s./-]{1,20}\]\s*|\s*\[(?:ci skip|skip ci|wip)\]", re.I)
+
+
+def clean_subject(subject: str) -> str:
+    """A commit subject as a query: without its Conventional Commits prefix, a leading
+    ``[tag]``, PR/issue references (``(#4723)``, ``fixes #12``, ``gh-12``, ``PR #9``, a
+    leading ``ABC-123:`` ticket key), backticks around identifiers and a trailing full stop.
+
+    Returns the subject itself when cleaning would leave nothing. Example:
+    ``"fix(context): skip chmod on pre-existing dirs in `SaveUploadedFile` (#4702)"`` →
+    ``"skip chmod on pre-existing dirs in SaveUploadedFile"``.
+    """
+    text = CONVENTIONAL_PREFIX.sub("", subject.strip())
+    text = _BRACKET_TAG.sub(" ", text)
+    for pattern in _REFERENCE_PATTERNS:
+        text = pattern.sub("", text)
+    text = text.replace("`", "")
+    text = " ".join(text.split()).rstrip(" .;,:-")
+    return text or subject.strip()
+
+
+def conventional_type(subject: str) -> tuple[str | None, str | None]:
+    """``(type, scope)`` of a Conventional Commits subject, lower-cased; ``(None, None)``
+    for a subject without the prefix."""
+    m = CONVENTIONAL_PREFIX.match(subject.strip())
+    if not m:
+        return None, None
+    return m.group("type").lower(), (m.group("scope") or "").strip().lower() or None
+
+
+# --------------------------------------------------------------------------- file kinds
+
+_MANIFESTS = frozenset("""
+    go.mod go.sum go.work go.work.sum package.json package-lock.json npm-shrinkwrap.json
+    yarn.lock pnpm-lock.yaml bun.lockb requirements.txt constraints.txt poetry.lock pdm.lock
+    uv.lock pipfile pipfile.lock cargo.toml cargo.lock gemfile gemfile.lock composer.json
+    composer.lock mix.exs mix.lock pom.xml build.gradle build.gradle.kts gradle.properties
+    libs.versions.toml packages.lock.json directory.packages.props podfile podfile.lock
+    package.resolved build.sbt pubspec.yaml pubspec.lock
+""".split())
+_CI_DIRS = (".github/workflows/", ".github/actions/", ".circleci/", ".buildkite/", ".azure/",
+            ".gitlab/", ".woodpecker/", ".drone/")
+_CI_NAMES = frozenset("""
+    .travis.yml .gitlab-ci.yml appveyor.yml .appveyor.yml azure-pipelines.yml jenkinsfile
+    .drone.yml codecov.yml .codecov.yml .golangci.yml .golangci.yaml .pre-commit-config.yaml
+    .goreleaser.yml .goreleaser.yaml dependabot.yml renovate.json .renovaterc .mergify.yml
+    .readthedocs.yaml .readthedocs.yml .editorconfig .gitignore .gitattributes codeowners
+    .coveragerc tox.ini noxfile.py .flake8 .pylintrc .eslintrc .eslintrc.js .eslintrc.json
+    .prettierrc .prettierrc.json .rubocop.yml .clang-format .rustfmt.toml rustfmt.toml
+    .markdownlint.json .yamllint funding.yml makefile gnumakefile justfile taskfile.yml
+    dockerfile .dockerignore docker-compose.yml docker-compose.yaml
+""".split())
+_CHANGELOG = re.compile(r"^(changes|changelog|history|news|release[-_ ]?notes|authors|"
+                        r"contributors)(\.[a-z]+)?$", re.I)
+_DOC_SUFFIXES = (".md", ".rst", ".txt", ".adoc", ".markdown")
+_CONFIG_SUFFIXES = (".toml", ".cfg", ".ini")
+
+
+def file_kind(path: str) -> str:
+    """``manifest`` (a dependency manifest or lockfile), ``ci`` (CI, lint and repository
+    configuration), ``changelog`` (changelog, history, authors), ``config`` (``.toml``,
+    ``.cfg``, ``.ini`` outside ``src/``, ``lib/``, ``pkg/``: pyproject.toml, setup.cfg),
+    ``docs`` (prose: ``.md``,
+    ``.rst``, ``.txt``, ``.adoc``, or anything under ``docs/``/``doc/``) or ``code``, for a
+    repository-relative POSIX path."""
+    p = PurePosixPath(path)
+    name = p.name.lower()
+    low = path.lower()
+    if name in _MANIFESTS or re.match(r"requirements[\w.-]*\.(txt|in)$", name):
+        return "manifest"
+    if name in _CI_NAMES or any(low.startswith(d) or f"/{d}" in low for d in _CI_DIRS) \
+            or low.startswith(".github/"):
+        return "ci"
+    if _CHANGELOG.match(name):
+        return "changelog"
+    if name.endswith(_CONFIG_SUFFIXES) and not any(s in ("src", "lib", "pkg") for s in
+                                                   (x.lower() for x in p.parts[:-1])):
+        return "config"
+    if name.endswith(_DOC_SUFFIXES) or any(s in ("docs", "doc") for s in
+                                           (x.lower() for x in p.parts[:-1])):
+        return "docs"
+    return "code"
+
+
+_BUMP = re.compile(
+    r"\b(bump|bumps|bumped|upgrade|upgrades|upgraded|update|updates|updated|pin|unpin)\b.*"
+    r"(\bfrom\b.*\bto\b|\bto\s+v?\d|\bv?\d+\.\d+|\bversion\b|\bdependenc|\bdeps\b)", re.I)
+_DEPENDENCY_WORDS = re.compile(r"\b(dependabot|renovate|dependencies|dependency|deps)\b", re.I)
+_LINT = re.compile(r"\b(lint|linter|linters|linting|golangci(-lint)?|gofmt|goimports|gofumpt|"
+                   r"go vet|ruff|isort|flake8|pylint|prettier|eslint|rubocop|clippy|rustfmt|"
+                   r"clang-format|reformat|reformatted|code style|pre-commit|format code|"
+                   r"(run|apply|applied) black|moderniz\w*|mypy|pyright|type (ignore|hints?|"
+                   r"annotations?|checking|checker)|typing (errors?|issues?|fixes))\b", re.I)
+_TYPO = re.compile(r"\b(typos?|spelling|misspell\w*|grammar)\b", re.I)
+_CI_WORDS = re.compile(r"\b(ci|github actions?|workflows?|travis|appveyor|circleci|codecov|"
+                       r"pipelines?)\b", re.I)
+
+
+def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
+    """Why a commit is housekeeping that makes no retrieval query, or None.
+
+    ``changed``: the repository-relative paths the commit touched (every file, indexed or
+    not). In order: ``dependency_bump`` (only manifests/lockfiles changed, a ``deps`` scope,
+    or a bump/upgrade subject that names a version or dependencies), ``ci`` (only CI and
+    repository configuration changed, or a ``ci``/``build`` type, or a subject naming CI when
+    no code changed), ``lint_or_format`` (a ``style`` type or a subject about linters,
+    formatters, type checkers and annotations, "modernize" rewrites), ``typo`` (a subject about
+    typos, spelling or grammar), ``docs_only`` (a ``docs`` type, or only prose changed: a
+    badge, a "projects using X" list, a README edit), ``changelog`` (only changelogs and
+    author lists changed).
+    """
+    kinds = {file_kind(p) for p in changed}
+    ctype, scope = conventional_type(subject)
+    rest = clean_subject(subject)
+    if kinds and kinds <= {"manifest"} or scope in ("deps", "deps-dev", "dependencies") \
+            or ctype == "deps" or (_BUMP.search(rest) and ("manifest" in kinds
+                                                            or _DEPENDENCY_WORDS.search(rest))):
+        return "dependency_bump"
+    if kinds and kinds <= {"ci", "manifest", "config"} or ctype in ("ci", "build") \
+            or (_CI_WORDS.search(rest) and "code" not in kinds):
+        return "ci"
+    if ctype in ("style", "lint") or _LINT.search(rest):
+        return "lint_or_format"
+    if _TYPO.search(rest):
+        return "typo"
+    if ctype in ("doc", "docs") or kinds and kinds <= {"docs", "changelog", "ci"} \
+            and "docs" in kinds:
+        return "docs_only"
+    if kinds and kinds <= {"changelog"}:
+        return "changelog"
+    return None

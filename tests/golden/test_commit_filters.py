@@ -1,0 +1,190 @@
+"""rag/golden/commit_filters.py, and the git miner's use of it: subjects cleaned into queries,
+housekeeping commits skipped by reason, tests, changelogs and whitespace-only hunks never
+labels, long symbols narrowed to their changed lines, crowded commits capped. Every expected
+value is worked out by hand from the inputs written here."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from rag.golden.commit_filters import HOUSEKEEPING, clean_subject, conventional_type, file_kind, housekeeping_reason
+from rag.golden.miners.git import mine_git
+
+from test_mining import Repo
+
+
+@pytest.mark.parametrize("subject, query", [
+    ("fix(context): skip chmod on pre-existing dirs in SaveUploadedFile (#4702)",
+     "skip chmod on pre-existing dirs in SaveUploadedFile"),
+    ("feat(router)!: add literal colon support (#1432) (#2857)", "add literal colon support"),
+    ("docs: fix `BindXML` comment referencing `binding.BindXML` (#4717)",
+     "fix BindXML comment referencing binding.BindXML"),
+    ("Handle quoted values, fixes #12", "Handle quoted values"),
+    ("Handle quoted values (closes #12, #13)", "Handle quoted values"),
+    ("ABC-123: Retry the upload when the token expired", "Retry the upload when the token expired"),
+    ("[cli] Show the help text for unknown options gh-881", "Show the help text for unknown options"),
+    ("Support Python 3.12 (see pallets/click#2610).", "Support Python 3.12"),
+    ("Ready release gin 1.9.1 (by: thinkerou) (#3630)", "Ready release gin 1.9.1"),
+    ("Allow header according to RFC 7231 (HTTP 405)", "Allow header according to RFC 7231 (HTTP 405)"),
+    ("Escape & in C# identifiers", "Escape & in C# identifiers"),
+    ("(#12)", "(#12)"),  # nothing left: the subject as it was
+])
+def test_clean_subject(subject, query):
+    assert clean_subject(subject) == query
+
+
+def test_conventional_type():
+    assert conventional_type("chore(deps): bump x") == ("chore", "deps")
+    assert conventional_type("Fix!: y") == ("fix", None)
+    assert conventional_type("context.go: fix asserts") == (None, None)
+
+
+@pytest.mark.parametrize("path, kind", [
+    ("go.sum", "manifest"), ("sub/package.json", "manifest"), ("requirements-dev.txt", "manifest"),
+    (".github/workflows/test.yml", "ci"), (".github/ISSUE_TEMPLATE/bug.md", "ci"),
+    (".golangci.yml", "ci"), ("Makefile", "ci"), ("CHANGES.rst", "changelog"),
+    ("AUTHORS", "changelog"), ("README.md", "docs"), ("docs/api.py", "docs"),
+    ("context.go", "code"), ("src/click/core.py", "code"), ("notes.txt", "docs"),
+    ("pyproject.toml", "config"), ("src/app/settings.toml", "code"),
+])
+def test_file_kind(path, kind):
+    assert file_kind(path) == kind
+
+
+@pytest.mark.parametrize("subject, changed, reason", [
+    ("chore(deps): bump golang.org/x/net from 0.50.0 to 0.51.0 (#4548)", ["go.mod", "go.sum"],
+     "dependency_bump"),
+    ("Pin the lock file", ["poetry.lock"], "dependency_bump"),
+    ("upgrade bson dependency to mongo-driver v2", ["binding/bson.go", "go.mod"], "dependency_bump"),
+    ("update validator library to version 10.30.3 (#4707)", ["go.mod"], "dependency_bump"),
+    ("ci(lint): update tooling and workflows", [".github/workflows/ci.yml", "tree.go"], "ci"),
+    ("Run the tests on Python 3.12", [".github/workflows/tests.yaml", "tox.ini"], "ci"),
+    ("Add help to the targets", ["Makefile"], "ci"),
+    ("Fix lint warnings reported by ruff", ["src/a.py"], "lint_or_format"),
+    ("style: wrap long lines", ["src/a.py"], "lint_or_format"),
+    ("Add type annotations for instance attributes", ["src/a.py"], "lint_or_format"),
+    ("for loop can be modernized using range over int", ["tree.go"], "lint_or_format"),
+    ("Add latest free threaded python to tox and ci", ["tox.ini", "pyproject.toml"], "ci"),
+    ("docs(context): fix AbortWithStatusPureJSON comment typo", ["context.go"], "typo"),
+    ("docs: add document to constant AuthProxyUserKey", ["auth.go"], "docs_only"),
+    ("Add Acme to projects using Cobra", ["site/content/projects_using_cobra.md"], "docs_only"),
+    ("Add a build badge", ["README.md"], "docs_only"),
+    ("Update the changelog for 8.1.8", ["CHANGES.rst"], "changelog"),
+    # real changes whose words look like housekeeping
+    ("Support locale-aware date formatting", ["src/fmt.py"], None),
+    ("Handle whitespace in header values", ["src/headers.py"], None),
+    ("chore(router): match method added to routergroup", ["routergroup.go"], None),
+    ("Update the context to copy its Keys", ["context.go"], None),
+    ("Document the retry option in the README and read it in the client",
+     ["README.md", "src/client.py"], None),
+])
+def test_housekeeping_reason(subject, changed, reason):
+    assert housekeeping_reason(subject, changed) == reason
+
+
+def test_every_housekeeping_reason_is_a_git_skip_reason():
+    from rag.golden.miners.git import SKIPS
+
+    assert set(HOUSEKEEPING) <= set(SKIPS) and {"test_only", "too_many_labels"} <= set(SKIPS)
+
+
+APP = '''"""The app."""
+
+SHORT = 1
+LONGER = 2
+
+
+def route(path):
+    return path
+
+
+def big(n):
+''' + "".join(f"    x{i} = n + {i}\n" for i in range(160)) + '''    return n
+
+
+''' + "".join(f"def helper{i}():\n    return {i}\n\n\n" for i in range(9))
+
+TEST_APP = '''from pkg.app import route
+
+
+def test_route():
+    assert route("/a") == "/a"
+'''
+
+
+@pytest.fixture(scope="module")
+def housekeeping_history(tmp_path_factory):
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    r = Repo(tmp_path_factory.mktemp("filters") / "repo")
+    c = {}
+    r.write("pkg/app.py", APP)
+    r.write("tests/test_app.py", TEST_APP)
+    r.write("README.md", "# App\n\nAn app.\n")
+    r.write("CHANGES.rst", "Changes\n=======\n\n- first\n")
+    r.write(".github/workflows/ci.yml", "on: push\n")
+    r.write("requirements.txt", "requests==2.31.0\n")
+    c["root"] = r.commit("Add the app module with its routes and tests")
+    # route is lines 7-8; tests/test_app.py and CHANGES.rst change beside it
+    r.edit("pkg/app.py", 8, ['    return path.rstrip("/") or "/"'])
+    r.edit("tests/test_app.py", 5, ['    assert route("/a/") == "/a"'])
+    r.edit("CHANGES.rst", 4, ["- first", "- trailing slashes"])
+    c["route"] = r.commit("fix(app): handle trailing slashes in route (#123)")
+    r.edit("tests/test_app.py", 5, ['    assert route("/") == "/"'])
+    c["test"] = r.commit("Check the root path in the route test")
+    r.write(".github/workflows/ci.yml", "on: [push, pull_request]\n")
+    c["ci"] = r.commit("Run the checks on pull requests too")
+    r.edit("README.md", 3, ["An app. ![build](https://ci.example/badge.svg)"])
+    c["badge"] = r.commit("Show the build status in the readme")
+    r.write("requirements.txt", "requests==2.32.0\n")
+    c["bump"] = r.commit("Bump requests from 2.31.0 to 2.32.0")
+    r.edit("pkg/app.py", 1, ['"""The app module."""'])
+    c["lint"] = r.commit("Fix the lint warnings in the app module")
+    # a gofmt-style realignment: SHORT and LONGER only gain spaces, one constant is new
+    r.edit("pkg/app.py", 3, ["SHORT        = 1", "LONGER       = 2", "LONGEST_NAME = 3"])
+    r.edit("pkg/app.py", 6, [])  # LONGER = 2 (its old line, now 6) goes
+    c["align"] = r.commit("Add the longest name setting beside the others")
+    # one line inside big (lines 12-173 at this point: def at 12)
+    r.edit("pkg/app.py", 40, ["    x27 = n + 27 if n else 0"])
+    c["big"] = r.commit("Guard the empty count in the big handler")
+    text = (r.root / "pkg/app.py").read_text()
+    for i in range(9):
+        text = text.replace(f"    return {i}\n", f"    return {i} * 2\n")
+    (r.root / "pkg/app.py").write_text(text)
+    c["many"] = r.commit("Double what every helper returns for the new scale")
+    return r, c
+
+
+def _lines(r, path):
+    return (r.root / path).read_text().splitlines()
+
+
+def test_git_housekeeping_and_label_filters(housekeeping_history):
+    r, c = housekeeping_history
+    app = _lines(r, "pkg/app.py")
+    assert app[2:5] == ["SHORT        = 1", "LONGER       = 2", "LONGEST_NAME = 3"]
+    big_line = app.index("    x27 = n + 27 if n else 0") + 1
+    res = mine_git(r.root, max_candidates=None)
+    got = {x["commit"]: (x["query"], x["relevant"]) for x in res.candidates}
+    assert got == {
+        # only the constant that is new: the realigned SHORT and LONGER lines are whitespace
+        c["align"]: ("Add the longest name setting beside the others",
+                     [{"path": "pkg/app.py", "lines": [5, 5]}]),
+        # a 163-line function: labelled by the line that changed
+        c["big"]: ("Guard the empty count in the big handler",
+                   [{"path": "pkg/app.py", "lines": [big_line, big_line]}]),
+        # its test and changelog lines are left out, the PR number and prefix dropped
+        c["route"]: ("handle trailing slashes in route", [{"path": "pkg/app.py", "symbol": "route"}]),
+    }
+    assert {k: v for k, v in res.skipped.items() if v} == {
+        "test_only": 1,        # the route test alone
+        "ci": 1,               # the workflow alone
+        "docs_only": 1,        # the README badge
+        "dependency_bump": 1,  # requirements.txt (before generic_subject, which it also is)
+        "lint_or_format": 1,   # "lint" in the subject
+        "too_many_labels": 2,  # the root commit (13 labels) and the nine helpers
+    }
+    assert "1 test file(s) left out" in next(x["note"] for x in res.candidates
+                                                if x["commit"] == c["route"])
