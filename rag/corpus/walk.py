@@ -59,7 +59,8 @@ GIT_TIMEOUT_S = 120
 CATEGORIES = ("source", "test", "documentation", "example", "config", "other", "issue",
               "pull_request")
 
-_SOURCE_SUFFIXES = {
+#: suffixes of source files (category ``source``)
+SOURCE_SUFFIXES = {
     ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".go", ".rs", ".java", ".kt", ".c",
     ".h", ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".scala", ".sh", ".bash",
     ".html", ".htm", ".jinja", ".j2", ".css", ".scss", ".sql", ".lua", ".pl", ".r",
@@ -213,12 +214,12 @@ def categorize(path: str) -> str:
         return "config"
     if any(s in _TEST_DIRS or _TEST_PROJECT.search(s) for s in parts) \
             or name.startswith("test_") or name.endswith("_test.py") \
-            or (suffix in _SOURCE_SUFFIXES and stem.endswith("_test")) \
+            or (suffix in SOURCE_SUFFIXES and stem.endswith("_test")) \
             or name.endswith("_spec.rb") or _TEST_NAME.search(p.name):
         return "test"
     if suffix in _DOC_SUFFIXES or p.stem.lower() in _DOC_STEMS or any(s in ("docs", "doc") for s in parts):
         return "documentation"
-    if suffix in _SOURCE_SUFFIXES:
+    if suffix in SOURCE_SUFFIXES:
         return "source"
     return "other"
 

@@ -45,13 +45,18 @@ docstring candidate's ``types`` name the walker's category of its file (``source
 mix it into per-tag metrics of another meaning (golden/flask's ``example`` and ``config``).
 
 **git** (:func:`rag.golden.miners.git.mine_git`). Each commit reachable from ``--at`` (default ``HEAD``), newest
-first, until ``--max`` candidates: the subject (plus the body, without trailers, with
-``--with-body``; a Conventional-Commits prefix ``fix(x):`` is dropped) is the query, and what
-the commit changed, *as it is in the file at --at*, is the label. A commit counts under the
-first reason that skips it:
+first, until ``--max`` candidates: the subject, cleaned (:func:`rag.golden.commit_filters.clean_subject`:
+no Conventional-Commits prefix ``fix(x):``, ``[tag]``, PR/issue reference ``(#123)``,
+``fixes #12``, ``gh-12`` nor ticket key ``ABC-123:``; plus the body, without trailers, with
+``--with-body``) is the query, and what the commit changed, *as it is in the file at --at*,
+is the label. A commit counts under the first reason that skips it:
 
 ``merge`` (more than one parent), ``revert`` (``Revert "..."``/``Reapply "..."``, or a body
-saying "This reverts commit"), ``generic_subject`` (fewer than ``--min-words`` words, every
+saying "This reverts commit"), ``test_only`` (a ``test:`` commit, or one whose indexed files
+are all tests; ``--keep-tests`` keeps both), the housekeeping reasons of
+:func:`rag.golden.commit_filters.housekeeping_reason` (``dependency_bump``, ``ci``,
+``lint_or_format``, ``typo``, ``docs_only``, ``changelog``; ``--keep-housekeeping`` keeps
+them), ``generic_subject`` (fewer than ``--min-words`` words once references are gone, every
 word a generic one such as wip/fix/typo/update/cleanup/bump, or a version bump or release),
 ``no_indexable_file`` (none of the files it changed is indexed at ``--at``: outside the
 corpus directory, skipped by the walker's rules, deleted or binary), ``too_large`` (more than
@@ -59,7 +64,13 @@ corpus directory, skipped by the walker's rules, deleted or binary), ``too_large
 (a pure rename, a mode change), ``whitespace_only`` (``git diff -w --ignore-blank-lines`` of
 those files is empty), ``changed_since`` (no label
 left because every changed line was rewritten or deleted between the commit and ``--at``),
-``no_label`` (only blank lines, or deletions that no symbol holds on both sides).
+``no_label`` (only blank lines, or deletions that no symbol holds on both sides),
+``too_many_labels`` (more than ``--max-labels``, default 8: a sweeping refactor answers no
+one query). Never labels, by default: test files (the walker's ``test`` category) and
+changelogs (``CHANGES.rst``, ``HISTORY.md``...); lines whose change is whitespace only
+(the hunks of ``git show -w --ignore-blank-lines``, so a gofmt realignment of a ``const``
+block labels only the constant that is new); a changed symbol over ``--max-symbol-lines``
+(default 150) lines gives its changed lines as a span instead of the whole symbol.
 
 *The mapping rule.* ``git show --unified=0 -M <sha>`` gives the lines each hunk left in the
 commit's version of a file (a pure deletion is the place between two lines). Those line
@@ -79,7 +90,7 @@ lists in the *work tree* of ``--path`` (its rules: ``--exclude``, ``--include``,
 tree): the header counts ``files_differ_from_worktree`` when a labelled file's text there is
 not its text at ``--at``.
 
-**docstrings** (:func:`rag.golden.miners.docstrings.mine_docstrings`, Python only). Each function, class and method that
+**docstrings** (:func:`rag.golden.miners.docstrings.mine_docstrings`). Python: each function, class and method that
 rag chunks as a symbol (top-level functions, classes, methods, nested classes' methods; not
 functions nested in functions) and has a docstring: its summary (the first sentence of the
 docstring's first paragraph, lines joined) is the query and its definition the label (path +
@@ -92,9 +103,13 @@ tokens (:func:`rag.index.tokenize.tokenize`) found in the tokens of the relevant
 from the file after :func:`mask_docstrings` (what an index built with docstrings masked
 still shares with the query: identifiers, comments). They are tagged ``mined_docstring`` so
 that metrics on them are reported separately; their ``types`` is the category of the
-documented symbol's file. Other languages keep their doc comments in
-comments above the symbol (rag/corpus/languages.py); they are not mined (their summaries are
-not separable from licence headers and commented-out code without per-language rules).
+documented symbol's file. The other languages the chunker names symbols in keep their
+documentation in the comments the chunker attaches above the symbol (rag/corpus/languages.py):
+:func:`rag.golden.miners.docstrings.doc_comment` reads each language's own doc-comment
+syntax (Go ``//``; ``/** */`` for JSDoc, TSDoc, Javadoc, KDoc, Scaladoc, PHPDoc; ``///`` for
+Rust, Swift, C#'s XML ``<summary>``, Doxygen; ``#`` for Ruby and shell), and
+``leakage_masked`` is measured against the chunk without those comment lines. Source files
+in a language with no reader (Elixir, Lua...) are named in a ``warning:`` line.
 
 *Masking at index time* (not wired here): an ``index.mask_docstrings: bool = False`` key
 (rag/app/config.py ``IndexConfig``) for build_index to pass on, which replaces each document's
@@ -160,6 +175,7 @@ class MineResult:
     skipped: Counter
     examined: int
     extra: dict[str, Any] = field(default_factory=dict)  # top-level keys (git: at, ...)
+    warnings: list[str] = field(default_factory=list)  # printed as ``warning:`` lines
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -509,5 +525,7 @@ def mine_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(skip_line(result), file=sys.stderr)
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {len(result.candidates)} candidates to {out}")
     return 0

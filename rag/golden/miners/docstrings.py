@@ -1,6 +1,15 @@
-"""``rag golden mine --from docstrings``: a Python docstring's summary as the query, the symbol
-it documents as the label (its own docstring masked when leakage is measured); see
-rag/golden/mining.py's docstring."""
+"""``rag golden mine --from docstrings``: a docstring's or doc comment's summary as the query,
+the symbol it documents as the label (its own documentation masked when leakage is measured);
+see rag/golden/mining.py's docstring.
+
+Python docstrings are read with ``ast``; every other language the chunker names symbols in
+keeps its documentation in the comment lines the chunker attaches to the symbol's chunk
+(rag/corpus/languages.py: "A symbol's lines start at the comments ... directly above it"),
+read here by :func:`doc_comment`: Go's ``//`` comments (https://go.dev/doc/comment), JSDoc
+and TSDoc ``/** */``, Javadoc, KDoc, Scaladoc and PHPDoc ``/** */`` (block tags from the
+first ``@tag`` on dropped, ``{@link X}`` read as ``X``), Rust and Swift ``///``, C#'s XML
+documentation (the ``<summary>``), Doxygen ``///``/``/**``/``//!``/``/*!`` in C and C++, and
+RDoc/YARD ``#`` comments in Ruby and ``#`` comments above a shell function."""
 
 from __future__ import annotations
 
@@ -20,6 +29,31 @@ TAG = "mined_docstring"
 NOUN = "documented symbols"
 #: every skip reason (each counted, 0 too)
 SKIPS = ("short_summary", "duplicate_summary", "over_max")
+SYMBOL_KINDS = frozenset({"function", "class", "method"})
+
+#: language -> the comment markers its documentation is written with (a line marker, or a
+#: block opener): the conventions named in this module's docstring
+DOC_SYNTAX: dict[str, tuple[str, ...]] = {
+    "go": ("//", "/*"),
+    "rust": ("///", "/**"),
+    "csharp": ("///", "/**"),
+    "swift": ("///", "/**"),
+    "c": ("///", "//!", "/**", "/*!"),
+    "cpp": ("///", "//!", "/**", "/*!"),
+    **dict.fromkeys(("typescript", "javascript", "java", "kotlin", "scala", "php"), ("/**",)),
+    "ruby": ("#",),
+    "shell": ("#",),
+}
+_ATTRIBUTE = re.compile(r"^\s*(@[A-Za-z_][\w.]*(\(.*\))?\s*$|#\[.*\]\s*$|"
+                        r"\[[A-Z][\w.]*(\(.*\))?\]\s*$)")
+_DIRECTIVE = re.compile(r"(go:|nolint|shellcheck|\+build|-\*-|frozen_string_literal|encoding:|"
+                        r"rubocop:|typed:)")
+_INLINE_TAG = re.compile(r"\{@(?:link|linkplain|code|literal|see)\s+([^}\s]+)[^}]*\}")
+_XML_SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.S | re.I)
+_XML_REF = re.compile(r"<(?:see|seealso|paramref|typeparamref)\s+(?:cref|name|langword)=\"([^\"]+)\"\s*/>", re.I)
+_XML_TAG = re.compile(r"</?[A-Za-z][^>]*>")
+# Markdown and intra-doc links (Rust, KDoc, Swift): [text](url), [text][ref], [Name]
+_MD_LINK = re.compile(r"\[([^\]\n]+)\](?:\([^)\s]*\)|\[[^\]\n]*\])?")
 
 
 def docstring_summary(doc: str) -> str:
@@ -29,6 +63,82 @@ def docstring_summary(doc: str) -> str:
     joined = " ".join(para.split())
     m = re.match(r"(.+?[.!?])(?=\s)", joined)
     return m.group(1) if m else joined
+
+
+def doc_comment(text: str, language: str) -> tuple[str, int] | None:
+    """The documentation at the top of a non-Python symbol chunk's ``text``, cleaned, and
+    how many lines of ``text`` it spans; None when the chunk starts with no doc comment.
+
+    ``language``: a :class:`~rag.corpus.languages.LanguageSpec` name. Read: ``//`` and
+    ``///`` line comments, ``/** */`` and ``/*! */`` blocks (the leading ``*`` of each line
+    dropped), ``#`` line comments (Ruby, shell: not ``#!`` nor a Rust ``#[attribute]``);
+    attribute and annotation lines between the comment and the declaration are passed over.
+    Cleaned: comment markers; C# XML documentation reduced to its ``<summary>`` (``<see
+    cref="X"/>`` read as ``X``); Javadoc-style block tags from the first ``@tag`` line on;
+    ``{@link X}`` as ``X``; Markdown backticks and links (``[text](url)``, ``[Name]``). A Go comment of only a directive
+    (``//go:generate``, ``//nolint``) or a shell ``shellcheck`` line is no documentation.
+    """
+    from rag.corpus.chunk import split_lines
+
+    markers = DOC_SYNTAX.get(language, ())
+    blocks = tuple(m for m in markers if m.startswith("/*"))
+    line_markers = sorted((m for m in markers if not m.startswith("/*")), key=len, reverse=True)
+    lines = split_lines(text)
+    body: list[str] = []
+    n = 0
+    while n < len(lines):
+        line = lines[n].rstrip("\r\n")
+        head = line.lstrip()
+        block = next((m for m in blocks if head.startswith(m)), None)
+        if block and not head.startswith(("/**/", "/***")):
+            first = head[len(block):]
+            if "*/" in first:
+                part, end = [first[:first.index("*/")]], n
+            else:
+                part, end = [first], n + 1
+                while end < len(lines) and "*/" not in lines[end]:
+                    part.append(lines[end].rstrip("\r\n"))
+                    end += 1
+                if end == len(lines):
+                    return None
+                last = lines[end].rstrip("\r\n")
+                part.append(last[:last.index("*/")])
+            body.extend(re.sub(r"^\s*\*(?!/)\s?", "", b) for b in part)
+            n = end + 1
+            continue
+        marker = next((m for m in line_markers if head.startswith(m)), None)
+        if marker and not (marker == "//" and head.startswith(("///", "//!")) and language != "go") \
+                and not (marker == "#" and head.startswith(("#!", "#["))):
+            rest = head[len(marker):]
+            rest = rest[1:] if rest.startswith(" ") else rest
+            if not _DIRECTIVE.match(rest.strip()):
+                body.append(rest)
+            n += 1
+            continue
+        if _ATTRIBUTE.match(line):
+            n += 1
+            continue
+        break
+    if not body:
+        return None
+    doc = "\n".join(body)
+    summary = _XML_SUMMARY.search(doc)
+    if summary:
+        doc = summary.group(1)
+    elif "<summary" in doc.lower():
+        return None
+    doc = _XML_REF.sub(r"\1", doc)
+    doc = _XML_TAG.sub("", doc)
+    kept = []
+    for ln in doc.split("\n"):
+        if re.match(r"\s*@[a-zA-Z]+", ln) or re.match(r"\s*#\s+(Examples?|Panics|Errors|"
+                                                        r"Safety|Arguments)\b", ln):
+            break
+        kept.append(ln)
+    doc = _INLINE_TAG.sub(r"\1", "\n".join(kept)).replace("`", "")
+    doc = _MD_LINK.sub(r"\1", doc)
+    doc = doc.strip()
+    return (doc, n) if doc else None
 
 
 def _documented_symbols(tree: ast.Module) -> list[tuple[str, str, str]]:
@@ -61,8 +171,12 @@ def _documented_symbols(tree: ast.Module) -> list[tuple[str, str, str]]:
 def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: int = 3,
                     max_file_bytes: int = 1_000_000, exclude: list[str] | None = None,
                     include: list[str] | None = None) -> MineResult:
-    """Candidates from the docstrings of the corpus's Python files (module docstring)."""
+    """Candidates from the docstrings of the corpus's Python files and the doc comments of
+    its files in the other languages of :data:`DOC_SYNTAX` (module docstring). Source files
+    in a language with no reader here are named in ``MineResult.warnings``."""
+    from rag.corpus.chunk import split_lines
     from rag.corpus.languages import language_name
+    from rag.corpus.walk import SOURCE_SUFFIXES
 
     root = Path(root)
     if not root.is_dir():
@@ -71,8 +185,32 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
     skipped: Counter = Counter({r: 0 for r in SKIPS})
     found: list[dict[str, Any]] = []
     examined = 0
+    unread: Counter = Counter()
     for path, doc in docs.items():
-        if language_name(path) != "python":
+        lang = language_name(path)
+        if lang in DOC_SYNTAX:
+            firsts: dict[str, Any] = {}
+            for c in chunks_of(path, doc.text):
+                if c.kind in SYMBOL_KINDS and c.symbol and c.symbol not in firsts:
+                    firsts[c.symbol] = c
+            for symbol, c in firsts.items():
+                got = doc_comment(c.text, lang)
+                if got is None:
+                    continue
+                examined += 1
+                text, n_doc = got
+                summary = docstring_summary(text)
+                if len(WORD.findall(summary)) < min_words:
+                    skipped["short_summary"] += 1
+                    continue
+                masked = "".join(split_lines(c.text)[n_doc:])
+                found.append({"path": path, "symbol": symbol, "kind": c.kind, "query": summary,
+                              "category": doc.category, "leakage": leakage(summary, c.text),
+                              "leakage_masked": leakage(summary, masked)})
+            continue
+        if lang != "python":
+            if lang is None and _suffix_of(path).lower() in SOURCE_SUFFIXES:
+                unread[_suffix_of(path)] += 1
             continue
         try:
             tree = ast.parse(doc.text)
@@ -117,14 +255,24 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
         "tags": [TAG],
         "types": [f["category"]],
         "relevant": [{"path": f["path"], "symbol": f["symbol"]}],
-        "note": (f"{f['kind']} docstring summary; {int(round(100 * f['leakage']))}% of its "
+        "note": (f"{f['kind']} {'docstring' if f['path'].endswith(('.py', '.pyi')) else 'doc comment'} summary; {int(round(100 * f['leakage']))}% of its "
                  f"tokens are in the chunk, {int(round(100 * f['leakage_masked']))}% with "
                  "docstrings masked"),
         "kind": f["kind"],
         "leakage": f["leakage"],
         "leakage_masked": f["leakage_masked"],
     } for f in unique]
-    return MineResult("docstrings", candidates, skipped, examined)
+    warnings = []
+    if unread:
+        warnings.append("no docstrings read from " + ", ".join(
+            f"{n} {suffix} file(s)" for suffix, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+            + ": no doc-comment reader for that language (rag/golden/miners/docstrings.py)")
+    return MineResult("docstrings", candidates, skipped, examined, warnings=warnings)
+
+
+def _suffix_of(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name[name.rfind("."):] if "." in name[1:] else name
 
 
 def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> MineResult:
