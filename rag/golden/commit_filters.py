@@ -47,7 +47,7 @@ def clean_subject(subject: str) -> str:
     ``[tag]``, PR/issue references (``(#4723)``, ``fixes #12``, ``gh-12``, ``PR #9``, a
     leading ``ABC-123:`` ticket key), backticks around identifiers and a trailing full stop.
 
-    Returns the subject itself when cleaning would leave nothing. Example:
+    Returns ``""`` when nothing is left (``"fix #2786 (#2796)"``). Example:
     ``"fix(context): skip chmod on pre-existing dirs in `SaveUploadedFile` (#4702)"`` →
     ``"skip chmod on pre-existing dirs in SaveUploadedFile"``.
     """
@@ -56,8 +56,7 @@ def clean_subject(subject: str) -> str:
     for pattern in _REFERENCE_PATTERNS:
         text = pattern.sub("", text)
     text = text.replace("`", "")
-    text = " ".join(text.split()).rstrip(" .;,:-")
-    return text or subject.strip()
+    return " ".join(text.split()).rstrip(" .;,:-")
 
 
 def conventional_type(subject: str) -> tuple[str | None, str | None]:
@@ -160,7 +159,8 @@ def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
     if kinds and kinds <= {"ci", "manifest", "config"} or ctype in ("ci", "build") \
             or (_CI_WORDS.search(rest) and "code" not in kinds):
         return "ci"
-    if ctype in ("style", "lint") or _LINT.search(rest):
+    if ctype in ("style", "lint") or scope in ("types", "typing", "lint", "style") \
+            or _LINT.search(rest):
         return "lint_or_format"
     if _TYPO.search(rest):
         return "typo"
@@ -170,3 +170,75 @@ def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
     if kinds and kinds <= {"changelog"}:
         return "changelog"
     return None
+
+
+# --------------------------------------------------------------------------- lines that are no answer
+
+_HASH_COMMENT = frozenset({"python", "ruby", "shell"})
+_IMPORT_LINE = re.compile(
+    r"^\s*(import\b|from\s+[\w.]+\s+import\b|#\s*include\b|use\s+[\w:{}, *]+;|using\s+[\w.=\s]+;|"
+    r"require(_relative)?\b|package\s+[\w.]+;?\s*$|extern\s+crate\b|@import\b|"
+    r"(const|let|var)\s+[\w{}\s,]+=\s*require\()")
+_GO_IMPORT_SPEC = re.compile(r'^\s*([\w.]+\s+)?"[^"]+"\s*$')
+
+
+def non_code_lines(path: str, text: str) -> frozenset[int]:
+    """The 1-based lines of a source file that hold no behaviour: comment lines (``//``,
+    ``/* */`` blocks and their ``*`` lines; ``#`` in Python, Ruby and shell), Python
+    docstrings (every line of the string, read with ``ast``) and import statements
+    (``import``, ``from x import``, ``#include``, ``use x;``, ``using x;``, ``require``,
+    Go's ``import ( ... )`` block). A commit that changed only such lines documents or
+    tidies code; it does not make a query whose answer is that code. Files of other kinds
+    (prose, configuration) have none."""
+    from rag.corpus.chunk import split_lines
+    from rag.corpus.languages import language_name
+
+    lang = language_name(path)
+    if lang is None:
+        return frozenset()
+    lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
+    out: set[int] = set()
+    in_block = in_go_import = False
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if in_block:
+            out.add(n)
+            in_block = "*/" not in s
+            continue
+        if lang != "python" and s.startswith("/*"):
+            out.add(n)
+            in_block = "*/" not in s[2:]
+            continue
+        if in_go_import:
+            out.add(n)
+            in_go_import = s != ")"
+            continue
+        if lang == "go" and re.match(r"import\s*\($", s):
+            out.add(n)
+            in_go_import = True
+            continue
+        if (lang not in _HASH_COMMENT and s.startswith("//")) \
+                or (lang in _HASH_COMMENT and s.startswith("#") and not s.startswith("#!")) \
+                or _IMPORT_LINE.match(line):
+            out.add(n)
+    if lang == "python":
+        out |= _python_docstring_lines(text)
+    return frozenset(out)
+
+
+def _python_docstring_lines(text: str) -> set[int]:
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            first = node.body[0]
+            out.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return out

@@ -29,7 +29,7 @@ from test_mining import Repo
     ("Ready release gin 1.9.1 (by: thinkerou) (#3630)", "Ready release gin 1.9.1"),
     ("Allow header according to RFC 7231 (HTTP 405)", "Allow header according to RFC 7231 (HTTP 405)"),
     ("Escape & in C# identifiers", "Escape & in C# identifiers"),
-    ("(#12)", "(#12)"),  # nothing left: the subject as it was
+    ("(#12)", ""), ("fix #2786 (#2796)", ""),  # nothing left: generic, skipped
 ])
 def test_clean_subject(subject, query):
     assert clean_subject(subject) == query
@@ -188,3 +188,16 @@ def test_git_housekeeping_and_label_filters(housekeeping_history):
     }
     assert "1 test file(s) left out" in next(x["note"] for x in res.candidates
                                                 if x["commit"] == c["route"])
+
+
+def test_non_code_lines_by_language():
+    from rag.golden.commit_filters import non_code_lines
+
+    go = ('package gin\n\nimport (\n\t"net/http"\n\tjson "encoding/json"\n)\n\n'
+          '// Handle does it.\nfunc Handle() {\n\t/* inline\n\t   block */\n\treturn\n}\n')
+    assert sorted(non_code_lines("a.go", go)) == [1, 3, 4, 5, 6, 8, 10, 11]  # package, imports, comments
+    py = ('"""Module."""\nimport os\nfrom x import y\n\n\ndef f():\n    """Doc\n    more."""\n'
+          '    # note\n    return os\n')
+    assert sorted(non_code_lines("a.py", py)) == [1, 2, 3, 7, 8, 9]
+    assert sorted(non_code_lines("a.ts", "import { z } from 'zod';\n// c\nexport const a = 1;\n")) == [1, 2]
+    assert non_code_lines("README.md", "# Title\n") == frozenset()

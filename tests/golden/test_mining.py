@@ -180,8 +180,6 @@ def test_git_candidates_labels_and_skip_counts(history):
         # line 17 at HEAD, inside Reader.read
         (c["R"], "Treat blank input as empty in the reader",
          [{"path": core, "symbol": "Reader.read"}]),
-        # two comment lines at the top: <module> code, so a span
-        (c["N"], "Add a licence header to the parser module", [{"path": core, "lines": [1, 2]}]),
         # pkg/parse.py 15-16 when committed: +2 (licence) and +1 (Q's line) since, renamed
         (c["L"], "Skip comment lines in the reader", [{"path": core, "symbol": "Reader.read"}]),
         # the conventional-commit prefix is dropped from the query
@@ -191,13 +189,12 @@ def test_git_candidates_labels_and_skip_counts(history):
         (c["B"], "Handle quoted values when parsing headers",
          [{"path": core, "symbol": "parse_header"}]),
         # the root commit: README line 3 and parse.py lines 7, 8, 15 were rewritten since;
-        # the docstring (3) and the import (5) are <module> code, joined over blank line 4
+        # the module docstring (3) and the import (5) hold no behaviour: no label
         (c["A"], "Add the header parser and the line reader",
          [{"path": "README.md", "symbol": "Demo"},
           {"path": core, "symbol": "parse_header"},
           {"path": core, "symbol": "Reader"},
-          {"path": core, "symbol": "Reader.read"},
-          {"path": core, "lines": [3, 5]}]),
+          {"path": core, "symbol": "Reader.read"}]),
     ]
     assert dict(res.skipped) == {
         "merge": 1,             # Merge branch 'csv'
@@ -212,6 +209,7 @@ def test_git_candidates_labels_and_skip_counts(history):
         "no_line_change": 1,    # the pure rename
         "whitespace_only": 1,   # the respacing
         "changed_since": 2,     # D (reverted, then rewritten by L) and Q (rewritten by R)
+        "comments_or_imports_only": 1,  # N: a licence header, two comment lines
         "no_label": 0,
         "too_many_labels": 0,
     }
@@ -229,10 +227,11 @@ def test_git_candidates_labels_and_skip_counts(history):
 def test_git_with_body_and_max(history):
     r, c = history
     res = mine_git(r.root, max_candidates=2, with_body=True)
-    assert [x["commit"] for x in res.candidates] == [c["R"], c["N"]]
-    assert res.examined == 3 and res.skipped["changed_since"] == 1  # Q
+    assert [x["commit"] for x in res.candidates] == [c["R"], c["L"]]
+    # R, Q (rewritten by R), N (comments only), M (a rename), the merge, L
+    assert res.examined == 6 and res.skipped["changed_since"] == 1
     # the body joins the query, its Signed-off-by trailer does not
-    b = mine_git(r.root, with_body=True, max_candidates=None).candidates[4]
+    b = mine_git(r.root, with_body=True, max_candidates=None).candidates[3]
     assert b["query"] == ("Handle quoted values when parsing headers\n\n"
                           "Quoted values kept their quotes.")
     assert b["subject"] == "Handle quoted values when parsing headers"
@@ -463,6 +462,6 @@ def test_mine_command_git_file_round_trips(history, tmp_path):
                               "--with-body")) == 0
     data = yaml.safe_load(out.read_text())
     assert data["at"] == c["R"] and data["skipped"]["merge"] == 1
-    assert [x["commit"] for x in data["candidates"]] == [c[k] for k in "RNLKBA"]
-    assert data["candidates"][4]["query"].endswith("\n\nQuoted values kept their quotes.")
-    assert data["candidates"][1]["relevant"] == [{"path": "pkg/core/parse.py", "lines": [1, 2]}]
+    assert [x["commit"] for x in data["candidates"]] == [c[k] for k in "RLKBA"]
+    assert data["candidates"][3]["query"].endswith("\n\nQuoted values kept their quotes.")
+    assert data["candidates"][1]["relevant"] == [{"path": "pkg/core/parse.py", "symbol": "Reader.read"}]

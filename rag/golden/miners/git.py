@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from rag.golden.commit_filters import HOUSEKEEPING, clean_subject, conventional_type, file_kind, housekeeping_reason
+from rag.golden.commit_filters import (HOUSEKEEPING, clean_subject, conventional_type, file_kind,
+                                       housekeeping_reason, non_code_lines)
 from rag.golden.mining import MineResult, MiningError, chunks_of, is_generic, run_git, safe_id, walk_documents
 
 #: ``rag golden mine --from git``
@@ -21,8 +22,8 @@ TAG = "mined_git"
 NOUN = "commits"
 #: every skip reason (each counted, 0 too)
 SKIPS = ("merge", "revert", "test_only", *HOUSEKEEPING, "generic_subject", "no_indexable_file",
-         "too_large", "no_line_change", "whitespace_only", "changed_since", "no_label",
-         "too_many_labels")
+         "too_large", "no_line_change", "whitespace_only", "changed_since",
+         "comments_or_imports_only", "no_label", "too_many_labels")
 #: defaults of ``--max-labels`` and ``--max-symbol-lines`` (rag golden mine's parser reads them)
 DEFAULT_MAX_LABELS = 8
 DEFAULT_MAX_SYMBOL_LINES = 150
@@ -241,6 +242,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
     seen_ids: set[str] = set()
     at_texts: dict[str, str | None] = {}
     at_chunks: dict[str, list] = {}
+    at_non_code: dict[str, frozenset[int]] = {}
     differ: set[str] = set()
     examined = 0
 
@@ -276,7 +278,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
             if reason:
                 skipped[reason] += 1
                 continue
-        if is_generic(clean_subject(subject), min_words):
+        if is_generic(clean_subject(subject), min_words):  # "" too: only references
             skipped["generic_subject"] += 1
             continue
         own = [f for f in own if f.new is not None and rel(f.new) is not None]
@@ -324,7 +326,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                 f"{at_sha}:{prefix}{target}")) for h in g.hunks]
         labels: list[dict[str, Any]] = []
         label_keys: set = set()
-        lost = total = 0
+        lost = total = non_code = 0
         files_labelled = 0
         for f, target in kept:
             text = at_text(target)
@@ -332,6 +334,8 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                 continue
             if target not in at_chunks:
                 at_chunks[target] = chunks_of(target, text)
+                at_non_code[target] = non_code_lines(target, text)
+            quiet = at_non_code[target]
             chunks, text_lines = at_chunks[target], split_lines(text)
             later = since[f.new]
             symbols: list[str] = []
@@ -352,6 +356,9 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                             lost += 1
                             continue
                         if m > len(text_lines) or not text_lines[m - 1].strip():
+                            continue
+                        if m in quiet:  # a comment, docstring or import line
+                            non_code += 1
                             continue
                         ch = _smallest_chunk(chunks, m)
                         if _is_symbol_chunk(ch) and _symbol_lines(chunks, ch.symbol) \
@@ -380,10 +387,16 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                 if target in docs and docs[target].text != text:
                     differ.add(target)
         if not labels:
-            skipped["changed_since" if lost else "no_label"] += 1
+            skipped["changed_since" if lost else "comments_or_imports_only" if non_code
+                    else "no_label"] += 1
             continue
         if len(labels) > max_labels:
             skipped["too_many_labels"] += 1
+            continue
+        label_kinds = {file_kind(lab["path"]) for lab in labels}
+        if not keep_housekeeping and label_kinds <= {"manifest", "ci", "config"}:
+            # what is left to label is a go.mod line or a Makefile target: no query's answer
+            skipped["dependency_bump" if label_kinds == {"manifest"} else "ci"] += 1
             continue
         labels.sort(key=lambda lab: (lab["path"], lab.get("lines", [0])[0]))
         note = (f"{len(kept)} indexed file(s), {n_lines} changed line(s) in the commit"
