@@ -820,6 +820,15 @@ def _lazy(module: str, name: str):
     return command
 
 
+def pool_command(args: argparse.Namespace) -> int:
+    """``rag golden pool``: the pooling (rag/golden/pooling.py), given rag's own rankings for
+    the queries no row ranked (rag/app/pool_rankings.py)."""
+    from rag.app.pool_rankings import rank_with_rag
+    from rag.golden.pooling import pool_command as pool
+
+    return pool(args, rank=rank_with_rag)
+
+
 def review_command(args: argparse.Namespace) -> int:
     """``rag golden review``: the editor (rag/golden/review.py), given the application's config
     composition for a corpus named by overrides."""
@@ -832,5 +841,5 @@ def review_command(args: argparse.Namespace) -> int:
 # rag golden ACTION -> its command; mine, pool and review live in their own modules
 TOOL_COMMANDS = {"init": init_command, "check": check_command, "stats": stats_command,
                  "mine": _lazy("rag.golden.mining", "mine_command"),
-                 "pool": _lazy("rag.golden.pooling", "pool_command"),
+                 "pool": pool_command,
                  "review": review_command}

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from rag.corpus.languages import language_for, outline
+from rag.corpus.languages import MODULE_SYMBOL, language_for, outline
 from rag.corpus.walk import Document
 
 # 2: long lines and oversized chunks are split (bound_chunk); other chunks are as in 1
@@ -307,7 +307,7 @@ def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
             visit_class(node, "")
             covered.update(range(s, e + 1))
     rest = [i for i in range(1, len(lines) + 1) if i not in covered and lines[i - 1].strip()]
-    add("<module>", "module", rest)
+    add(MODULE_SYMBOL, "module", rest)
     chunks.sort(key=lambda c: (c.start_line, c.end_line))
     return chunks
 

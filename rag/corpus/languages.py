@@ -175,6 +175,10 @@ class LanguageSpec:
     recover: str | None = None
 
 
+#: the symbol of a file's remaining top-level code (imports, constants, module statements)
+MODULE_SYMBOL = "<module>"
+
+
 def _types(*names: str) -> frozenset[str]:
     return frozenset(names)
 
@@ -863,7 +867,7 @@ def outline(text: str, lines: list[str], spec: LanguageSpec, *,
     _parts(syms, parts)
     held = {n for s in syms for n in range(s.start, s.end + 1)}
     rest = tuple(n for n in range(1, len(lines) + 1) if n not in held and lines[n - 1].strip())
-    parts.append(Part("<module>", "module", rest, frozenset(module_breaks)))
+    parts.append(Part(MODULE_SYMBOL, "module", rest, frozenset(module_breaks)))
     return Outline(spec.name, tuple(parts))
 
 

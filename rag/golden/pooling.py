@@ -76,6 +76,8 @@ class PoolQuery:
     source: str | None = None
     relevant: list[dict[str, Any]] = field(default_factory=list)
     not_relevant: list[dict[str, Any]] = field(default_factory=list)
+    # a candidate's own labels (mined or written with it): proposals to judge, never judgements
+    proposed: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +90,9 @@ class RunSource:
     ranking: dict[str, list[str]]
     corpus: str | None = None
     corpus_root: str | None = None
+    # docno -> the (start, end) lines of the chunk it names, where the source knows them
+    # (a chunk-level run): lets a span label judge a symbol hit it overlaps
+    lines: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- labels
@@ -126,16 +131,20 @@ def _narrows(label: Mapping[str, Any]) -> bool:
 
 
 def judgement(doc: str, relevant: Sequence[Mapping[str, Any]],
-              not_relevant: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+              not_relevant: Sequence[Mapping[str, Any]], *,
+              lines: tuple[int, int] | None = None) -> tuple[str | None, str | None]:
     """Whether the labels of one query judge the doc id ``doc`` (``path``, ``path#symbol`` or
     ``path#L<a>-<b>``): ``("relevant" | "not_relevant", label doc id)`` or ``(None, None)``.
 
     In order: a label naming the same unit (same doc id); a whole-file label of the doc's
-    path (it covers every chunk); for a whole-file doc, a relevant label narrowing that path
-    to a symbol or lines (a run names the whole-file unit only for another chunk of the
-    path: not relevant, as the evaluation scores it).
+    path (it covers every chunk); a span label of the path that overlaps the doc's lines
+    (``lines``, or the doc's own span: the evaluation counts such a chunk as hitting the
+    label); for a whole-file doc, a relevant label narrowing that path to a symbol or lines
+    (a run names the whole-file unit only for another chunk of the path: not relevant, as
+    the evaluation scores it).
     """
-    path = split_doc(doc)[0]
+    path, _, span = split_doc(doc)
+    lines = lines or span
     lists = (("relevant", relevant), ("not_relevant", not_relevant))
     for verdict, labels in lists:  # the same unit
         for lab in labels:
@@ -146,6 +155,13 @@ def judgement(doc: str, relevant: Sequence[Mapping[str, Any]],
             for lab in labels:
                 if lab["path"] == path and not _narrows(lab):
                     return verdict, label_key(lab)
+        if lines:
+            for verdict, labels in lists:  # a span label the chunk overlaps
+                for lab in labels:
+                    got = lab.get("lines")
+                    if lab["path"] == path and isinstance(got, list) and len(got) == 2 \
+                            and got[0] <= lines[1] and lines[0] <= got[1]:
+                        return verdict, label_key(lab)
         return None, None
     for lab in relevant:
         if lab["path"] == path and _narrows(lab):
@@ -229,11 +245,11 @@ def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
                 out.append(golden[qid])
             elif f == gfile:  # not a mapping with an id at load: cannot happen (checked above)
                 continue
-            else:
+            else:  # a candidate: its relevant labels are proposals, judged in review
                 out.append(PoolQuery(id=qid, query=item["query"].strip(), origin=str(f),
                                      source=item.get("source"),
-                                     relevant=_labels(item.get("relevant")),
-                                     not_relevant=_labels(item.get("not_relevant"))))
+                                     not_relevant=_labels(item.get("not_relevant")),
+                                     proposed=_labels(item.get("relevant"))))
     return out
 
 
@@ -260,6 +276,46 @@ def parse_run_text(text: str, where: str) -> dict[str, list[str]]:
         except ValueError:
             raise PoolError(f"{where}:{n}: rank must be an integer, got {rank!r}") from None
     return {q: [d for _, d in sorted(r)] for q, r in rows.items()}
+
+
+def parse_chunk_run(text: str, where: str) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
+    """A row's ``run.chunks.jsonl`` (:func:`rag.eval.evaluate.chunk_run_jsonl`) as query id ->
+    docnos of :func:`chunk_unit` in rank order (a unit twice, as two chunks of one symbol,
+    once), and docno -> the first such chunk's lines.
+
+    Raises:
+        PoolError: a line that is not JSON or lacks ``query_id`` / ``hits`` (``where:line``).
+    """
+    from rag.eval.golden import trec_docno
+
+    ranking: dict[str, list[str]] = {}
+    spans: dict[str, tuple[int, int]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            qid, hits = str(rec["query_id"]), list(rec["hits"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise PoolError(f"{where}:{n}: not a chunk-run line ({exc})") from None
+        docs = ranking.setdefault(qid, [])
+        for h in sorted(hits, key=lambda h: h.get("rank", 0)):
+            start, end = int(h.get("start_line") or 0), int(h.get("end_line") or 0)
+            docno = trec_docno(chunk_unit(str(h["path"]), h.get("symbol"), start, end))
+            if docno not in docs:
+                docs.append(docno)
+                if start >= 1:
+                    spans.setdefault(docno, (start, max(start, end)))
+    return ranking, spans
+
+
+def _chunk_run_text(ledger, run_id: str) -> str | None:
+    from rag.ledger.mlflow_store import CHUNK_RUN_JSONL, LedgerError
+
+    try:
+        return ledger.download_text(run_id, CHUNK_RUN_JSONL)
+    except LedgerError:
+        return None
 
 
 def run_file_sources(files: Iterable[Path]) -> list[RunSource]:
@@ -290,7 +346,7 @@ def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | 
         PoolError: no row matches, rows of different corpora, a row without run.trec, or a
             store that cannot be opened (one line each).
     """
-    from rag.ledger.mlflow_store import Ledger, LedgerError
+    from rag.ledger.mlflow_store import CHUNK_RUN_JSONL, Ledger, LedgerError
 
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     try:
@@ -321,12 +377,16 @@ def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | 
         out = []
         for r in rows:
             rid = r.info.run_id
-            # run.trec.txt, or run.trec for a row logged before it was renamed
-            name, text = ledger.download_run_file(rid)
-            out.append(RunSource(id=rid, label=_row_label(r),
-                                 ranking=parse_run_text(text, f"row {rid[:8]} {name}"),
-                                 corpus=r.data.tags.get("corpus"),
-                                 corpus_root=r.data.tags.get("corpus_root")))
+            src = RunSource(id=rid, label=_row_label(r), ranking={},
+                            corpus=r.data.tags.get("corpus"),
+                            corpus_root=r.data.tags.get("corpus_root"))
+            chunks = _chunk_run_text(ledger, rid)
+            if chunks is not None:  # the ranking as returned, chunk by chunk
+                src.ranking, src.lines = parse_chunk_run(chunks, f"row {rid[:8]} {CHUNK_RUN_JSONL}")
+            else:  # an older row: run.trec.txt (or run.trec), units as its labels collapsed them
+                name, text = ledger.download_run_file(rid)
+                src.ranking = parse_run_text(text, f"row {rid[:8]} {name}")
+            out.append(src)
         return out
     except LookupError as exc:
         # a KeyError's str() quotes its message: take the message itself
@@ -337,16 +397,51 @@ def ledger_sources(uri: str, *, runs: Sequence[str] | None = None, sweep: str | 
 
 # ---------------------------------------------------------------------------- pooling
 
+def chunk_unit(path: str, symbol: str | None, start_line: int, end_line: int) -> str:
+    """The unit a ranked chunk is judged at, as a doc id: ``path#symbol`` for a chunk that
+    carries a symbol (function, class, method, section), ``path#L<start>-<end>`` for any
+    other chunk with lines (``<module>`` code, a window), ``path`` when lines are unknown.
+    A verdict on it is a label of exactly that unit (golden/README.md "three units"), so
+    ``n`` on one chunk never judges the rest of its file."""
+    from rag.corpus.languages import MODULE_SYMBOL
+
+    if symbol and symbol != MODULE_SYMBOL:
+        return f"{path}#{symbol}"
+    if start_line >= 1:
+        return f"{path}#L{start_line}-{max(start_line, end_line)}"
+    return path
+
+
 def pool(queries: Sequence[PoolQuery], runs: Sequence[RunSource], *,
          depth: int = DEFAULT_DEPTH) -> list[dict[str, Any]]:
-    """Per query (in order), the union of every run's top ``depth`` docnos (one record per
-    query; the shape of a pool file's query line, see the module docstring)."""
+    """Per query (in order), its proposed labels (a candidate's own) and the union of every
+    run's top ``depth`` docnos: one record per query, the shape of a pool file's query line
+    (module docstring).
+
+    Hits are ordered for review: proposals first, then by ``priority``, the sum over the runs
+    of 1/rank (a unit several runs put high comes before one a single run found low; depth-k
+    pooling ordered by the reciprocal-rank weight of RRF, Cormack, Clarke & Buettcher 2009,
+    without its constant: a static stand-in for move-to-front pooling, Cormack, Palmer &
+    Clarke 1998, which judges first what the most productive runs rank high), then best rank,
+    then doc id.
+    """
     if depth < 1:
         raise PoolError(f"--depth must be >= 1, got {depth}")
+    from rag.eval.golden import trec_docno
+
     records = []
     for q in queries:
         hits: dict[str, dict[str, Any]] = {}
         missing = []
+        for lab in q.proposed:
+            doc = label_key(lab)
+            path, symbol, lines = split_doc(doc)
+            verdict, label = judgement(doc, q.relevant, q.not_relevant)
+            hits[trec_docno(doc)] = {"docno": trec_docno(doc), "doc": doc, "path": path,
+                                     "symbol": symbol, "lines": list(lines) if lines else None,
+                                     "chunk_lines": None, "best_rank": None, "runs": [],
+                                     "priority": 0.0, "proposed": True,
+                                     "judged": verdict, "label": label}
         for run in runs:
             docs = run.ranking.get(q.id)
             if docs is None:
@@ -357,15 +452,22 @@ def pool(queries: Sequence[PoolQuery], runs: Sequence[RunSource], *,
                 if h is None:
                     doc = unquote_docno(docno)
                     path, symbol, lines = split_doc(doc)
-                    verdict, label = judgement(doc, q.relevant, q.not_relevant)
+                    span = run.lines.get(docno)
+                    verdict, label = judgement(doc, q.relevant, q.not_relevant, lines=span)
                     h = hits[docno] = {"docno": docno, "doc": doc, "path": path,
                                        "symbol": symbol,
-                                       "lines": list(lines) if lines else None, "best_rank": rank, "runs": [],
-                                       "judged": verdict, "label": label}
-                h["best_rank"] = min(h["best_rank"], rank)
+                                       "lines": list(lines) if lines else None,
+                                       "chunk_lines": list(span) if span else None,
+                                       "best_rank": rank, "runs": [], "priority": 0.0,
+                                       "proposed": False, "judged": verdict, "label": label}
+                if h["chunk_lines"] is None and run.lines.get(docno):
+                    h["chunk_lines"] = list(run.lines[docno])
+                h["best_rank"] = rank if h["best_rank"] is None else min(h["best_rank"], rank)
                 if run.id not in h["runs"]:
                     h["runs"].append(run.id)
-        ordered = sorted(hits.values(), key=lambda h: (h["best_rank"], -len(h["runs"]), h["doc"]))
+                    h["priority"] = round(h["priority"] + 1.0 / rank, 6)
+        ordered = sorted(hits.values(), key=lambda h: (
+            not h["proposed"], -h["priority"], h["best_rank"] or 0, h["doc"]))
         records.append({"query_id": q.id, "query": q.query, "origin": q.origin,
                         "source": q.source, "missing_in": missing, "hits": ordered})
     return records
@@ -425,40 +527,63 @@ def add_pool_parser(sub) -> argparse.ArgumentParser:
     """Register ``pool`` on the ``rag golden`` action subparsers."""
     p = sub.add_parser(
         "pool",
-        help="pool several ledger rows' top-k hits per query (TREC pooling) for judging",
+        help="pool the top-k hits of several rankings per query (TREC pooling) for judging",
         description=(
-            "Read the run.trec of several ledger rows (--runs, or every row of --sweep) and "
-            "collect, per query, the union of their top --depth hits, each with its best rank, "
-            "the rows that found it and whether a relevant/not_relevant label of the query "
-            "already judges it. Writes a pool file (JSON Lines; format: rag/golden/pooling.py) "
-            "for rag golden review; the golden set is not changed."))
+            "Collect, per query, the union of several rankings' top --depth hits, each at the "
+            "unit it is judged at (the chunk's symbol, or its lines), with its best rank, the "
+            "rankings that found it and whether a relevant/not_relevant label of the query "
+            "already judges it; a candidate's own labels come first, as proposals to review. "
+            "The rankings: ledger rows (--runs, or every row of --sweep; their chunk-level "
+            "run.chunks.jsonl, else run.trec), TREC run files (--run-file), and rag itself "
+            "over --path in each of --modes, for every query no row ranked (a candidate is "
+            "in no row) or, with no rows given, for every query. Writes a pool file (JSON "
+            "Lines; format: rag/golden/pooling.py) for rag golden review; the golden set is "
+            "not changed."),
+        epilog="example: rag golden pool --golden golden/myrepo --path /src/myrepo "
+               "--queries golden/myrepo/queries.yaml golden/myrepo/candidates-git.yaml")
     p.add_argument("--golden", required=True, metavar="DIR",
                    help="the golden directory (queries.yaml, negatives.yaml)")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--runs", nargs="+", metavar="ID", help="ledger rows (run ids or unique prefixes)")
     src.add_argument("--sweep", metavar="SWEEP_ID",
                      help="every finished row tagged with this sweep_id (of the golden set's corpus)")
     src.add_argument("--run-file", nargs="+", metavar="FILE", dest="run_files",
                      help="TREC run files instead of ledger rows (one row each)")
-    p.add_argument("--queries", action="append", metavar="FILE", default=None,
-                   help="a queries file (queries: list) or a candidates file (candidates: list, "
-                        "entries as in queries.yaml plus source:); repeatable; default: the "
-                        "golden queries.yaml (give it too to pool both)")
+    p.add_argument("--path", default=None, metavar="DIR",
+                   help="the corpus directory rag ranks the queries of no row in (default: "
+                        "the rows' corpus_root, when they name one)")
+    p.add_argument("--modes", nargs="+", default=None, metavar="MODE",
+                   help="the search modes rag ranks with over --path (default: every mode, "
+                        "as +sweep=routing runs them)")
+    p.add_argument("--queries", nargs="+", action="extend", metavar="FILE", default=None,
+                   help="queries files (queries: list) and candidates files (candidates: "
+                        "list, entries as in queries.yaml plus source:); several after one "
+                        "flag, or the flag repeated; default: the golden queries.yaml (give it "
+                        "too to pool both)")
     p.add_argument("--depth", type=int, default=DEFAULT_DEPTH, metavar="K",
-                   help=f"hits taken from each row per query (default {DEFAULT_DEPTH})")
-    p.add_argument("--out", default="pool.jsonl", metavar="FILE",
-                   help="the pool file to write (default pool.jsonl)")
+                   help=f"hits taken from each ranking per query (default {DEFAULT_DEPTH})")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="the pool file to write (default: <--golden>/pool.jsonl)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides for rag's own rankings (as rag search takes them)")
     from rag.ledger.tracking_uri import add_tracking_uri_argument
 
     add_tracking_uri_argument(p)
     return p
 
 
-def pool_command(args: argparse.Namespace) -> int:
-    """``rag golden pool``: write a pool file; exit 2 with one ``error:`` line on bad input."""
+#: ``rank(corpus_root, queries, *, modes, depth, overrides) -> [RunSource]``: rag's own
+#: rankings of ``queries`` over a corpus (the application provides it: rag/app/pool_rankings.py)
+Ranker = Any
+
+
+def pool_command(args: argparse.Namespace, *, rank: Ranker | None = None) -> int:
+    """``rag golden pool``: write a pool file; exit 2 with one ``error:`` line on bad input.
+
+    ``rank``: rag's own retrieval (see :data:`Ranker`); None: rows and run files only."""
     golden = Path(args.golden)
     try:
-        out = Path(args.out)
+        out = Path(args.out) if args.out else golden / "pool.jsonl"
         if out.resolve().parent == golden.resolve() and out.name in (QUERIES_FILE, NEGATIVES_FILE):
             raise PoolError(f"--out {out}: the pool file is never a golden file")
         files = [Path(f) for f in args.queries] if args.queries else [golden / QUERIES_FILE]
@@ -470,22 +595,41 @@ def pool_command(args: argparse.Namespace) -> int:
             corpus = str(data["corpus"]) if isinstance(data, dict) and data.get("corpus") else None
         if getattr(args, "run_files", None):
             runs = run_file_sources(Path(f) for f in args.run_files)
-        else:
+        elif args.runs or args.sweep:
             from rag.ledger.tracking_uri import default_tracking_uri
 
             runs = ledger_sources(default_tracking_uri(args.tracking_uri), runs=args.runs,
                                   sweep=args.sweep, corpus=corpus)
+        else:
+            runs = []
+        unranked = [q for q in queries if all(q.id not in r.ranking for r in runs)]
+        roots = {r.corpus_root for r in runs if r.corpus_root}
+        root = Path(args.path) if args.path else (Path(roots.pop()) if len(roots) == 1 else None)
+        if unranked and root is not None and rank is not None:
+            if not root.is_dir():
+                raise PoolError(f"--path {root}: not a directory")
+            print(f"ranking {len(unranked)} queries no row ranked with rag over {root}",
+                  file=sys.stderr)
+            runs = [*runs, *rank(root, unranked, modes=args.modes, depth=args.depth,
+                                 overrides=list(args.overrides))]
+        elif not runs:
+            raise PoolError("nothing ranks the queries: give --path DIR (rag ranks them), "
+                            "--sweep, --runs or --run-file")
         records = pool(queries, runs, depth=args.depth)
-        write_pool(out, pool_header(golden, runs, depth=args.depth, queries_files=files,
-                                    corpus=corpus), records)
+        header = pool_header(golden, runs, depth=args.depth, queries_files=files, corpus=corpus)
+        if header["corpus_root"] is None and root is not None:
+            header["corpus_root"] = str(root.resolve())
+        write_pool(out, header, records)
     except (PoolError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     hits = sum(len(r["hits"]) for r in records)
     todo = sum(1 for r in records for h in r["hits"] if h["judged"] is None)
-    unranked = sum(1 for r in records if len(r["missing_in"]) == len(runs))
-    print(f"pooled {len(runs)} row(s) at depth {args.depth} over {len(records)} queries: "
-          f"{hits} hits, {todo} unjudged in "
+    proposed = sum(1 for r in records for h in r["hits"] if h.get("proposed") and h["judged"] is None)
+    unranked_n = sum(1 for r in records if len(r["missing_in"]) == len(runs))
+    print(f"pooled {len(runs)} ranking(s) at depth {args.depth} over {len(records)} queries: "
+          f"{hits} units, {todo} unjudged ({proposed} proposed labels) in "
           f"{sum(1 for r in records if any(h['judged'] is None for h in r['hits']))} queries"
-          + (f"; {unranked} queries ranked by no row" if unranked else "") + f"; wrote {out}")
+          + (f"; {unranked_n} queries ranked by none (give --path)" if unranked_n else "")
+          + f"; wrote {out}")
     return 0

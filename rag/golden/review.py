@@ -54,6 +54,8 @@ KEYS = {"y": "relevant", "n": "not relevant", "s": "skip", "e": "edit the query 
         "q": "quit"}
 PROMPT = "[y] relevant  [n] not relevant  [s] skip  [e] edit query  [q] quit > "
 DEFAULT_MAX_LINES = 80
+DEFAULT_CONTEXT = 3  # lines shown above and below a hit's unit
+DEFAULT_DIFF_LINES = 40  # lines of a mined label's commit diff shown
 
 
 class ReviewError(RuntimeError):
@@ -270,22 +272,31 @@ class GoldenEditor:
         return None, None
 
     def labels(self, qid: str, origin: str) -> tuple[list[dict], list[dict]]:
-        item, _ = self.entry(qid, origin)
+        """``(relevant, not_relevant)`` judgements of a query. A candidate's ``relevant:``
+        are its proposals (mined, unreviewed): no judgement until review moves them."""
+        item, f = self.entry(qid, origin)
         if item is None:
             return [], []
 
         def good(raw):
             return [lab for lab in raw if isinstance(lab, dict) and isinstance(lab.get("path"), str)] \
                 if isinstance(raw, list) else []
-        return good(item.get("relevant")), good(item.get("not_relevant"))
+        rel = good(item.get("relevant")) if f is self.queries else []
+        return rel, good(item.get("not_relevant"))
 
-    def judged(self, qid: str, origin: str, doc: str) -> str | None:
+    def is_candidate(self, qid: str, origin: str) -> bool:
+        """True while the query is still an entry of its candidates file."""
+        item, f = self.entry(qid, origin)
+        return item is not None and f is not self.queries
+
+    def judged(self, qid: str, origin: str, doc: str,
+               lines: tuple[int, int] | None = None) -> str | None:
         rel, nrel = self.labels(qid, origin)
-        return judgement(doc, rel, nrel)[0]
+        return judgement(doc, rel, nrel, lines=lines)[0]
 
     # -- writes
 
-    def _append_label(self, item, key: str, doc: str) -> None:
+    def _append_label(self, item, key: str, doc: str, *, at: int | None = None) -> None:
         cmap, cseq = _containers()
         path, symbol, lines = split_doc(doc)
         label = cmap([("path", path)])
@@ -310,7 +321,9 @@ class GoldenEditor:
         item.pop(key, None)  # an empty list
         keys = list(item.keys())
         # relevant before not_relevant, both after the query's other keys
-        if key == "relevant" and "not_relevant" in keys:
+        if at is not None:
+            pass
+        elif key == "relevant" and "not_relevant" in keys:
             at = keys.index("not_relevant")
         elif key == "not_relevant" and "relevant" in keys:
             at = keys.index("relevant") + 1
@@ -319,7 +332,14 @@ class GoldenEditor:
         grow(item, lambda: item.insert(at, key, cseq([label])))
 
     def judge(self, qid: str, origin: str, doc: str, relevant: bool) -> str:
-        """Write one judgement; returns the file written."""
+        """Write one judgement; returns the file written.
+
+        A candidate's first ``y`` *moves* it: its entry goes to queries.yaml with that one
+        label as its only ``relevant:`` (its ``not_relevant:`` judgements kept, the miner's
+        per-source keys dropped) and leaves the candidates file; its other proposals stay in
+        the pool to be judged one by one. ``n`` on a candidate's proposal records it under
+        the candidate's ``not_relevant:`` and takes it out of its proposals.
+        """
         item, f = self.entry(qid, origin)
         if item is None:
             raise ReviewError(f"query {qid!r} is in neither {self.queries.path} nor {origin}")
@@ -332,16 +352,39 @@ class GoldenEditor:
             new = _fresh(item)
             for key in PER_SOURCE_KEYS:  # a mined candidate's keys that queries.yaml refuses
                 new.pop(key, None)
-            if "relevant" in new and not new["relevant"]:  # an empty relevant: list
-                del new["relevant"]
-            self._append_label(new, "relevant", doc)
+            # proposals, not judgements: only this one moves, where the list was
+            at = list(new.keys()).index("relevant") if "relevant" in new else None
+            new.pop("relevant", None)
+            self._append_label(new, "relevant", doc, at=at)
             seq = self.queries.data["queries"]
             grow(seq, lambda: seq.append(new), gap=_separated(seq))
             self._save(self.queries)
+            self._remove_entry(f, item)  # after queries.yaml: a crash between keeps both
             return str(self.queries.path)
+        if not relevant and f is not self.queries:
+            self._drop_proposal(item, doc)
         self._append_label(item, "relevant" if relevant else "not_relevant", doc)
         self._save(f)
         return str(f.path)
+
+    def _remove_entry(self, f: _YamlFile, item) -> None:
+        items = f.data.get("candidates")
+        for i in range(len(items)):
+            if items[i] is item:
+                del items[i]
+                break
+        self._save(f)
+
+    @staticmethod
+    def _drop_proposal(item, doc: str) -> None:
+        seq = item.get("relevant")
+        if isinstance(seq, list):
+            for i in reversed(range(len(seq))):
+                if isinstance(seq[i], dict) and isinstance(seq[i].get("path"), str) \
+                        and label_key(seq[i]) == doc:
+                    del seq[i]
+            if not len(seq):
+                del item["relevant"]
 
     def edit_query(self, qid: str, origin: str, text: str) -> str:
         """Replace the query text; returns the file written."""
@@ -376,7 +419,9 @@ def _write(path: Path, text: str) -> None:
 
 @dataclass
 class HitCode:
-    """The lines of a hit: ``lines`` start at ``start`` (1-based); ``total`` lines in the unit."""
+    """The lines of a hit: the unit is ``start``..``end`` (1-based, inclusive; ``total``
+    lines); ``lines`` are shown from line ``first``, a few lines of context around the unit
+    included (``first`` < ``start`` when there is context above)."""
 
     path: str
     start: int
@@ -384,10 +429,21 @@ class HitCode:
     lines: list[str]
     total: int
     note: str = ""
+    first: int = 0  # 0: the same as start
+
+    def __post_init__(self) -> None:
+        if not self.first:
+            self.first = self.start
 
 
-def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES) -> HitCode:
-    """The code of a hit (``path`` or ``path#symbol``) under ``corpus_root``.
+def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES,
+             context: int = DEFAULT_CONTEXT, lines: tuple[int, int] | list[int] | None = None
+             ) -> HitCode:
+    """The code of a hit (``path``, ``path#symbol`` or ``path#L<a>-<b>``) under
+    ``corpus_root``: the symbol's lines (the file chunked as the index chunks it), the span,
+    or, for a whole-file hit, the chunk's own ``lines`` when the pool knows them (else the
+    file from its first line); ``context`` lines above and below, at most ``max_lines`` of
+    the unit.
 
     Raises:
         ReviewError: the file cannot be read.
@@ -402,10 +458,11 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES)
     except OSError as exc:
         raise ReviewError(f"{f}: cannot read the hit's file ({exc.strerror or exc})") from None
     text = data.decode("utf-8", errors="replace")
-    lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
-    start, end, note = 1, len(lines), ""
+    all_lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
+    start, end, note = 1, len(all_lines), ""
+    whole = False
     if span:
-        start, end = span[0], min(span[1], len(lines))
+        start, end = span[0], min(span[1], len(all_lines))
     elif symbol:
         chunks = [c for c in chunk_document(Document(path=path, category=categorize(path),
                                                      text=text, size=len(data)))
@@ -414,11 +471,65 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES)
             start, end = min(c.start_line for c in chunks), max(c.end_line for c in chunks)
         else:
             note = f"symbol {symbol!r} not found in the file now; the whole file is shown"
+            whole = True
+    elif lines:
+        start, end = int(lines[0]), min(int(lines[1]), len(all_lines))
+        note = "a whole-file unit: the lines of the chunk that was ranked"
+    else:
+        whole = True
     total = max(0, end - start + 1)
-    shown = lines[start - 1:end]
-    if max_lines and len(shown) > max_lines:
-        shown = shown[:max_lines]
-    return HitCode(path=path, start=start, end=end, lines=shown, total=total, note=note)
+    shown_end = end if not max_lines or total <= max_lines else start + max_lines - 1
+    first = start if whole else max(1, start - context)
+    last = shown_end if whole or shown_end < end else min(len(all_lines), end + context)
+    return HitCode(path=path, start=start, end=end, lines=all_lines[first - 1:last],
+                   total=total, note=note, first=first)
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's terms as BM25 reads them (:func:`rag.index.tokenize.tokenize`: lower
+    case, identifiers split, stopwords out), distinct, in order."""
+    from rag.index.tokenize import tokenize
+
+    return list(dict.fromkeys(tokenize(query)))
+
+
+def term_lines(code: HitCode, terms: list[str]) -> dict[str, list[int]]:
+    """term -> the shown line numbers holding it (case-insensitive substring)."""
+    out: dict[str, list[int]] = {}
+    for i, line in enumerate(code.lines):
+        low = line.lower()
+        for t in terms:
+            if t in low:
+                out.setdefault(t, []).append(code.first + i)
+    return out
+
+
+def commit_hunks(corpus_root: Path, source: str | None, path: str, *,
+                 max_lines: int = DEFAULT_DIFF_LINES) -> list[str] | None:
+    """For a label mined from git (``source: mined:git <sha>``): the commit's diff of
+    ``path`` (``git show --unified=1``; the path as the pool names it, relative to the corpus
+    root), at most ``max_lines`` lines; None for another source, or when git cannot show it
+    (not a work tree, an unknown commit, a file renamed since)."""
+    import re
+    import subprocess
+
+    m = re.match(r"mined:git ([0-9a-f]{7,40})\b", source or "")
+    if not m:
+        return None
+    try:
+        p = subprocess.run(["git", "-C", str(corpus_root), "show", "--format=", "--unified=1",
+                            "--no-color", "--no-ext-diff", m.group(1), "--", path],
+                           capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:
+        return None
+    out = [ln for ln in p.stdout.decode("utf-8", "replace").splitlines()
+           if not ln.startswith(("diff --git", "index ", "--- ", "+++ "))]
+    if not out:
+        return None
+    return out[:max_lines] + ([f"... ({len(out) - max_lines} more diff lines)"]
+                              if len(out) > max_lines else [])
 
 
 def narrowed_doc(corpus_root: Path, doc: str, unit: str) -> tuple[str | None, str | None]:
@@ -491,36 +602,63 @@ class Pair:
 
 def render_pair(out: TextIO, pair: Pair, code: HitCode | None, error: str | None, *,
                 index: int, total: int, color: bool, labels: tuple[list, list],
-                run_labels: dict[str, str]) -> None:
-    """Write one pair: header (query, where it lives, its labels so far, the hit's ranks) and
-    the hit's code, highlighted (rich) or plain."""
+                run_labels: dict[str, str], diff: list[str] | None = None,
+                coverage: tuple[int, int] | None = None, moved: bool = False) -> None:
+    """Write one pair: header (query, where it lives, its labels so far, the hit's ranks or
+    "proposed by the miner", judged coverage so far) and the evidence: the unit's lines with
+    a few lines of context (``:`` in the gutter for context, ``|`` for the unit, ``*`` where
+    a query term occurs; highlighted with rich on a terminal) and, for a mined label, the
+    commit's diff of its file."""
     hit = pair.hit
-    where = "queries.yaml" if pair.origin == GOLDEN_ORIGIN else f"candidate from {Path(pair.origin).name}"
+    where = "queries.yaml" if pair.origin == GOLDEN_ORIGIN or moved \
+        else f"candidate from {Path(pair.origin).name}"
     found = ", ".join(run_labels.get(r, r[:8]) for r in hit.get("runs", []))
     head = [f"[{index}/{total}] {pair.query_id} ({where}"
-            + (f"; source: {pair.source}" if pair.source else "") + ")",
+            + (f"; source: {pair.source}" if pair.source else "") + ")"
+            + (f"  judged {coverage[0]}/{coverage[1]} pooled units "
+               f"({100 * coverage[0] / coverage[1]:.0f}%)" if coverage and coverage[1] else ""),
             f"  query: {pair.query}"]
     rel, nrel = labels
     if rel:
         head.append("  relevant: " + ", ".join(label_key(lab) for lab in rel))
     if nrel:
         head.append("  not relevant: " + ", ".join(label_key(lab) for lab in nrel))
-    head.append(f"  hit: {hit['doc']}  best rank {hit['best_rank']}, found by "
-                f"{len(hit.get('runs', []))}/{pair.runs_total} row(s)" + (f": {found}" if found else ""))
+    if hit.get("proposed") and not hit.get("runs"):
+        head.append(f"  hit: {hit['doc']}  proposed by the miner (a label of the candidate)")
+    else:
+        head.append(f"  hit: {hit['doc']}  " + ("proposed by the miner; " if hit.get("proposed") else "")
+                    + f"best rank {hit['best_rank']}, found by "
+                    f"{len(hit.get('runs', []))}/{pair.runs_total} ranking(s)"
+                    + (f": {found}" if found else ""))
+    terms = query_terms(pair.query)
+    where_terms: dict[str, list[int]] = {}
     if code is not None:
         span = f"{code.path}:{code.start}-{code.end}" if code.total else f"{code.path} (empty)"
-        more = code.total - len(code.lines)
-        head.append(f"  {span}" + (f"  (first {len(code.lines)} of {code.total} lines)" if more > 0 else ""))
+        shown_unit = min(code.total, code.first + len(code.lines) - code.start)
+        more = code.total - shown_unit
+        head.append(f"  {span}" + (f"  (first {shown_unit} of {code.total} lines)" if more > 0 else ""))
         if code.note:
             head.append(f"  note: {code.note}")
+        where_terms = term_lines(code, terms)
+        if terms:
+            head.append("  terms: " + ", ".join(
+                f"{t} (line {', '.join(map(str, where_terms[t][:5]))})" if t in where_terms
+                else f"{t} (absent)" for t in terms))
     if error:
         head.append(f"  ({error})")
+    marked = {n for ns in where_terms.values() for n in ns}
     if not color:
         out.write("\n".join(head) + "\n")
         if code is not None:
-            width = len(str(code.start + max(len(code.lines) - 1, 0)))
+            width = len(str(code.first + max(len(code.lines) - 1, 0)))
             for i, line in enumerate(code.lines):
-                out.write(f"{code.start + i:>{width}} | {line}\n")
+                n = code.first + i
+                gutter = "|" if code.start <= n <= code.end else ":"
+                out.write(f"{'*' if n in marked else ' '}{n:>{width}} {gutter} {line}\n")
+        if diff:
+            out.write("  the commit's change to this file:\n")
+            for line in diff:
+                out.write(f"    {line}\n")
         out.flush()
         return
     from rich.console import Console
@@ -534,8 +672,22 @@ def render_pair(out: TextIO, pair: Pair, code: HitCode | None, error: str | None
         console.print(Text(line, style="cyan" if line.startswith("  query:") else ""))
     if code is not None and code.lines:
         body = "\n".join(code.lines)
-        console.print(Syntax(body, Syntax.guess_lexer(code.path, code=body), theme="ansi_dark",
-                             line_numbers=True, start_line=code.start, word_wrap=False))
+        syntax = Syntax(body, Syntax.guess_lexer(code.path, code=body), theme="ansi_dark",
+                        line_numbers=True, start_line=code.first, word_wrap=False,
+                        highlight_lines=set(range(code.start, code.end + 1)))
+        for i, line in enumerate(code.lines):  # the query's terms, reversed
+            low = line.lower()
+            for t in terms:
+                at = low.find(t)
+                while at >= 0:
+                    syntax.stylize_range("reverse", (i + 1, at), (i + 1, at + len(t)))
+                    at = low.find(t, at + len(t))
+        console.print(syntax)
+    if diff:
+        console.print(Text("  the commit's change to this file:", style="bold"))
+        for line in diff:
+            console.print(Text("    " + line, style="green" if line.startswith("+")
+                               else "red" if line.startswith("-") else "dim"))
     out.flush()
 
 
@@ -578,6 +730,27 @@ class ScriptKeys(Keys):
 
     def edit(self, current, out):
         return None
+
+
+def check_script(lines: list[str], name: str) -> None:
+    """Refuse a review script with any line that is not a key, naming each (``name:line``),
+    before the session writes anything.
+
+    Raises:
+        ReviewError: one line per bad script line, joined.
+    """
+    bad = []
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, arg = line.partition(" ")
+        if key.lower() not in KEYS or (arg.strip() and key.lower() not in ("e", "y")):
+            bad.append(f"{name}:{n}: unknown key {line!r}")
+    if bad:
+        raise ReviewError("; ".join(bad) + f" (keys: {', '.join(KEYS)}; e takes the new text, "
+                          "y optionally a symbol or L<start>-<end> of a whole-file hit); "
+                          "nothing was judged")
 
 
 class TerminalKeys(Keys):
@@ -631,6 +804,12 @@ class Summary:
     left: int = 0
     quit: bool = False
     written: set[str] = field(default_factory=set)
+    coverage: tuple[int, int] = (0, 0)  # (judged, pooled) units of the pool at the end
+
+
+def _hit_lines(hit: dict[str, Any]) -> tuple[int, int] | None:
+    got = hit.get("chunk_lines")
+    return (int(got[0]), int(got[1])) if isinstance(got, list) and len(got) == 2 else None
 
 
 def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_total: int) -> list[Pair]:
@@ -638,10 +817,21 @@ def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_tota
     out = []
     for r in records:
         for h in r["hits"]:
-            if editor.judged(r["query_id"], r["origin"], h["doc"]) is None:
+            if editor.judged(r["query_id"], r["origin"], h["doc"], _hit_lines(h)) is None:
                 out.append(Pair(r["query_id"], r["query"], r["origin"], r.get("source"), h,
                                 runs_total))
     return out
+
+
+def judged_units(records: list[dict[str, Any]], editor: GoldenEditor) -> tuple[int, int]:
+    """``(judged, pooled)``: how many of the pool's units the golden files judge now, of all
+    (judged coverage of the pool; proposals count once judged)."""
+    judged = total = 0
+    for r in records:
+        for h in r["hits"]:
+            total += 1
+            judged += editor.judged(r["query_id"], r["origin"], h["doc"], _hit_lines(h)) is not None
+    return judged, total
 
 
 def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Keys,
@@ -669,11 +859,14 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
     pairs = pending_pairs(records, editor, len(header.get("runs", [])))
     summary = Summary()
     total = len(pairs)
-    out.write(f"{total} unjudged pair(s) in {pool_file}\n")
+    coverage = list(judged_units(records, editor))
+    out.write(f"{total} unjudged pair(s) in {pool_file}; judged {coverage[0]}/{coverage[1]} "
+              "pooled units\n")
     texts: dict[str, str] = {}
     gone: set[str] = set()
     for i, pair in enumerate(pairs, 1):
-        if editor.judged(pair.query_id, pair.origin, pair.hit["doc"]) is not None:
+        if editor.judged(pair.query_id, pair.origin, pair.hit["doc"],
+                         _hit_lines(pair.hit)) is not None:
             continue  # judged meanwhile (a path label covers this symbol hit)
         item, _ = editor.entry(pair.query_id, pair.origin)
         if item is None:
@@ -682,18 +875,23 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                 out.write(f"warning: query {pair.query_id!r} is no longer in the golden files; "
                           "its pairs are left out\n")
             continue
-        code, error = None, None
+        code, error, diff = None, None, None
         if corpus_root is not None:
             try:
-                code = hit_code(corpus_root, pair.hit["doc"], max_lines=max_lines)
+                code = hit_code(corpus_root, pair.hit["doc"], max_lines=max_lines,
+                                lines=_hit_lines(pair.hit))
             except ReviewError as exc:
                 error = str(exc)
+            if pair.hit.get("proposed"):
+                diff = commit_hunks(corpus_root, pair.source, pair.hit["path"])
         else:
             error = "no corpus root: give --corpus-root or config overrides"
         while True:
             pair.query = texts.get(pair.query_id) or str(item.get("query", pair.query))
             render_pair(out, pair, code, error, index=i, total=total, color=color,
-                        labels=editor.labels(pair.query_id, pair.origin), run_labels=run_labels)
+                        labels=editor.labels(pair.query_id, pair.origin), run_labels=run_labels,
+                        diff=diff, coverage=(coverage[0], coverage[1]),
+                        moved=not editor.is_candidate(pair.query_id, pair.origin))
             got = keys.next(out)
             if got is None or got[0] == "q":
                 summary.quit = True
@@ -733,12 +931,15 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                     summary.relevant += 1
                 else:
                     summary.not_relevant += 1
+                coverage[0] += 1
             item, _ = editor.entry(pair.query_id, pair.origin)  # may have moved to queries.yaml
             break
         if summary.quit:
             break
-    summary.left = sum(1 for p in pairs if editor.judged(p.query_id, p.origin, p.hit["doc"]) is None
+    summary.left = sum(1 for p in pairs if editor.judged(p.query_id, p.origin, p.hit["doc"],
+                                                         _hit_lines(p.hit)) is None
                        and editor.entry(p.query_id, p.origin)[0] is not None)
+    summary.coverage = judged_units(records, editor)
     return summary
 
 
@@ -820,6 +1021,7 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
             except OSError as exc:
                 raise ReviewError(f"--script {args.script}: {exc.strerror or exc}") from None
             keys = ScriptKeys(iter(lines), args.script)
+            check_script(lines, args.script)  # every line a key before anything is written
         elif stdin.isatty():
             keys = TerminalKeys(stdin)
         else:
@@ -839,6 +1041,9 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
     stdout.write(f"judged {done} pair(s) ({summary.relevant} relevant, {summary.not_relevant} "
                  f"not relevant), skipped {summary.skipped}, edited {summary.edited} query text(s)"
                  + (f"; {summary.left} left for the next session" if summary.left else "")
+                 + (f"; judged coverage of the pool {summary.coverage[0]}/{summary.coverage[1]} "
+                    f"units ({100 * summary.coverage[0] / summary.coverage[1]:.0f}%)"
+                    if summary.coverage[1] else "")
                  + (f"; wrote {', '.join(sorted(summary.written))}" if summary.written else "")
                  + "\n")
     return 0

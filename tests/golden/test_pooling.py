@@ -134,7 +134,7 @@ def test_pool_union_of_run_files(setup, capsys):
     assert records[0]["origin"] == "queries.yaml"
     assert records[1]["hits"][2]["docno"] == "docs/guide.md#Shop%20guide"
     assert records[1]["hits"][2]["symbol"] == "Shop guide"
-    assert "9 hits, 6 unjudged in 3 queries" in capsys.readouterr().out
+    assert "9 units, 6 unjudged (0 proposed labels) in 3 queries" in capsys.readouterr().out
     # the golden set is untouched; a pool never overwrites it
     assert (golden / "queries.yaml").read_text() == QUERIES
     args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
@@ -286,8 +286,10 @@ def test_scripted_review_writes_golden_files_and_resumes(setup, capsys):
     assert out.startswith("6 unjudged pair(s)")
     # the hit's code, plain (not a terminal): the file from its first line
     assert "[1/6] sym-auth-callback (queries.yaml)" in out
-    assert "  hit: src/shop/cart.py  best rank 1, found by 2/2 row(s): a.trec, b.trec" in out
-    assert " 1 | \"\"\"Shopping cart.\"\"\"" in out
+    assert "  hit: src/shop/cart.py  best rank 1, found by 2/2 ranking(s): a.trec, b.trec" in out
+    assert "  1 | \"\"\"Shopping cart.\"\"\"" in out
+    # the query's terms, and the lines holding them (* in the gutter)
+    assert "  terms: handleauthcallback (absent)" in out
     assert "\x1b[" not in out
     # the edit shows the same pair again, with the new text
     assert "  query: handleAuthCallback in payments\n" in out
@@ -307,7 +309,8 @@ def test_scripted_review_writes_golden_files_and_resumes(setup, capsys):
     assert "docs/guide.md:1-4" in out  # the section's lines, found by chunking the file
     assert "[2/2] cand-refund" in out and "docs/guide.md:9-11" in out
     assert (golden / "queries.yaml").read_text() == AFTER_QUERIES
-    assert cands.read_text() == AFTER_CANDIDATES
+    # its first y moved the candidate, with its not-relevant judgement, out of its file
+    assert cands.read_text() == "# mined from the issue tracker\ncandidates: []\n"
     g = load_golden(golden)
     cand = next(q for q in g.positives if q.id == "cand-refund")
     assert cand.source == "mined:github 12"
@@ -325,11 +328,14 @@ def test_script_errors_and_undo(setup, capsys):
     pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
                       str(tmp_path / "b.trec"))
     capsys.readouterr()
-    rc, _ = _review(tmp_path, golden, pool_file, repo, "n\nmaybe\n")
+    before = (golden / "queries.yaml").read_text()
+    rc, _ = _review(tmp_path, golden, pool_file, repo, "n\nmaybe\ny\nn because\n")
     assert rc == 2
-    assert "keys.txt:2: unknown key 'maybe'" in capsys.readouterr().err
-    # the judgement before the bad line was written
-    assert "not_relevant:\n      - path: src/shop/cart.py\n" in (golden / "queries.yaml").read_text()
+    err = capsys.readouterr().err
+    # every bad line named, and nothing judged: not even the good line before them
+    assert "keys.txt:2: unknown key 'maybe';" in err and "keys.txt:4: unknown key 'n because'" in err
+    assert "nothing was judged" in err
+    assert (golden / "queries.yaml").read_text() == before
     # a write that would break the golden set is undone (here: a source the schema refuses)
     cands.write_text(CANDIDATES.replace("mined:github 12", "somewhere"), encoding="utf-8")
     before = (golden / "queries.yaml").read_text()
@@ -366,20 +372,27 @@ def test_a_mined_candidate_moves_without_its_per_source_keys(setup, capsys):
     assert pool_command(_parse(add_pool_parser, [
         "pool", "--golden", str(golden), "--run-file", str(run), "--queries", str(cands),
         "--out", str(out)])) == 0
-    rc, text = _review(tmp_path, golden, out, repo, "y\n")
+    # the candidate's own label comes first, a proposal (also ranked 1st by the run)
+    rc, text = _review(tmp_path, golden, out, repo, "y\nq\n")
     assert rc == 0, text
+    assert "  hit: src/shop/payments.py  proposed by the miner; best rank 1" in text
     assert "judged 1 pair(s) (1 relevant, 0 not relevant)" in text
     moved = (golden / "queries.yaml").read_text().split("- id: doc-refund\n")[1]
+    # moved, not copied: only the judged label, in the relevant list's place
     assert moved == ("    query: Give the customer their money back.\n"
                      "    source: mined:docstring\n"
                      "    tags: [mined_docstring]\n"
                      "    types: [source]\n"
                      "    relevant:\n"
                      "      - path: src/shop/payments.py\n"
-                     "      - path: docs/guide.md\n"
-                     "        symbol: Refunds\n"
                      "    note: function docstring summary\n"
                      "# end of the positives\n")
+    assert "doc-refund" not in cands.read_text()
+    # the run's other hit is still to judge, now against queries.yaml
+    rc, text = _review(tmp_path, golden, out, repo, "n\n")
+    assert "1 unjudged pair(s)" in text and "doc-refund (queries.yaml" in text
+    assert "not_relevant:\n      - path: docs/guide.md\n        symbol: Refunds" in \
+        (golden / "queries.yaml").read_text()
     g = load_golden(golden)
     q = next(q for q in g.positives if q.id == "doc-refund")
     assert (q.source, q.tags, q.types) == ("mined:docstring", ("mined_docstring",), ("source",))
@@ -456,10 +469,13 @@ def test_rich_or_plain_output(setup):
 def test_hit_code_symbol_span_and_missing(setup):
     _, repo, _, _ = setup
     code = hit_code(repo, "src/shop/cart.py#Cart.total_price")
-    assert (code.start, code.end) == (14, 16)
-    assert code.lines[0].strip() == "def total_price(self):"
-    span = hit_code(repo, "src/shop/cart.py#L19-20")
+    assert (code.start, code.end, code.first) == (14, 16, 11)  # 3 lines of context above
+    assert code.lines[code.start - code.first].strip() == "def total_price(self):"
+    span = hit_code(repo, "src/shop/cart.py#L19-20", context=0)
     assert (span.start, span.end, len(span.lines)) == (19, 20, 2)
+    # a whole-file unit with the ranked chunk's lines: those lines, not the file's top
+    chunk = hit_code(repo, "src/shop/cart.py", lines=(14, 16), context=1)
+    assert (chunk.first, chunk.start, chunk.end, len(chunk.lines)) == (13, 14, 16, 5)
     short = hit_code(repo, "src/shop/cart.py", max_lines=3)
     assert short.total > 3 and len(short.lines) == 3
     gone = hit_code(repo, "src/shop/cart.py#nope")
@@ -545,3 +561,99 @@ def test_review_refuses_another_corpus_and_hits_not_in_the_corpus(setup, capsys)
     rc, _ = _review(tmp_path, other, pool_file, repo, "y\n")
     assert rc == 2
     assert "labels corpus 'flask-3.1.3'" in capsys.readouterr().err
+
+
+def test_chunk_units_and_a_chunk_level_row(setup, capsys):
+    """A row's run.chunks.jsonl pools each chunk at its own unit (its symbol, else its lines),
+    a unit once; its lines let a span label judge a symbol chunk it overlaps."""
+    from mlflow.tracking import MlflowClient
+
+    from rag.golden.pooling import chunk_unit, parse_chunk_run
+
+    assert chunk_unit("a.py", "f", 3, 9) == "a.py#f"
+    assert chunk_unit("a.py", "<module>", 1, 4) == "a.py#L1-4"
+    assert chunk_unit("a.md", None, 10, 12) == "a.md#L10-12"
+    assert chunk_unit("a.py", None, 0, 0) == "a.py"
+    text = "\n".join(json.dumps(r) for r in [
+        {"query_id": "prose-voucher", "query": "q", "hits": [
+            {"rank": 2, "path": "src/shop/cart.py", "start_line": 1, "end_line": 3,
+             "symbol": "<module>"},
+            {"rank": 1, "path": "src/shop/payments.py", "start_line": 5, "end_line": 12,
+             "symbol": "refund"},
+            {"rank": 3, "path": "src/shop/payments.py", "start_line": 13, "end_line": 20,
+             "symbol": "refund"}]}]) + "\n"
+    ranking, lines = parse_chunk_run(text, "t")
+    assert ranking == {"prose-voucher": ["src/shop/payments.py#refund", "src/shop/cart.py#L1-3"]}
+    assert lines == {"src/shop/payments.py#refund": (5, 12), "src/shop/cart.py#L1-3": (1, 3)}
+    with pytest.raises(PoolError, match="t:1: not a chunk-run line"):
+        parse_chunk_run('{"hits": []}\n', "t")
+    # a span label overlapping the chunk's lines judges it; one beside them does not
+    assert judgement("src/shop/payments.py#refund", [{"path": "src/shop/payments.py",
+                                                      "lines": [11, 14]}], [],
+                     lines=(5, 12)) == ("relevant", "src/shop/payments.py#L11-14")
+    assert judgement("src/shop/payments.py#refund", [{"path": "src/shop/payments.py",
+                                                      "lines": [13, 14]}], [],
+                     lines=(5, 12)) == (None, None)
+    # through the ledger: the chunk-level artifact wins over run.trec
+    tmp_path, repo, golden, cands = setup
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rag-shop", artifact_location=(tmp_path / "art").as_uri())
+    run = client.create_run(exp, run_name="c", tags={"sweep_id": "sw", "corpus": "shop",
+                                                      "corpus_root": str(repo)})
+    client.log_text(run.info.run_id, RUN_B, "run.trec.txt")
+    client.log_text(run.info.run_id, text, "run.chunks.jsonl")
+    client.set_terminated(run.info.run_id, status="FINISHED")
+    out = _pool(tmp_path, golden, cands, "--sweep", "sw", "--tracking-uri", uri)
+    _, records = read_pool(out)
+    voucher = next(r for r in records if r["query_id"] == "prose-voucher")
+    assert [(h["doc"], h["chunk_lines"], h["judged"]) for h in voucher["hits"]] == [
+        ("src/shop/payments.py#refund", [5, 12], None),
+        ("src/shop/cart.py#L1-3", [1, 3], None)]
+
+
+def test_proposals_come_first_and_rag_ranks_what_no_row_did(setup, capsys):
+    """A candidate's own labels are proposals (never judgements) ahead of the rankings' hits;
+    the queries no row ranked (every candidate) are ranked by the ranker pool_command is
+    given, over --path."""
+    tmp_path, repo, golden, cands = setup
+    cands.write_text(CANDIDATES + "    relevant:\n      - path: src/shop/payments.py\n"
+                     "        symbol: refund\n    not_relevant:\n      - path: docs/guide.md\n",
+                     encoding="utf-8")
+    calls = []
+
+    def rank(root, queries, *, modes, depth, overrides):
+        calls.append((root, [q.id for q in queries], modes, depth, overrides))
+        return [RunSource(id="rag:bm25", label="rag bm25", ranking={
+            "cand-refund": ["src/shop/cart.py#L1-3", "docs/guide.md", "src/shop/payments.py#refund"]},
+            lines={"src/shop/cart.py#L1-3": (1, 3)})]
+
+    out = tmp_path / "p.jsonl"
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
+                                    str(tmp_path / "b.trec"), "--queries", str(golden / "queries.yaml"),
+                                    str(cands), "--path", str(repo), "--modes", "bm25",
+                                    "--depth", "3", "--out", str(out), "search.top_k=5"])
+    assert pool_command(args, rank=rank) == 0
+    # b.trec ranks both golden queries, not the candidate: only it goes to the ranker
+    assert calls == [(repo, ["cand-refund"], ["bm25"], 3, ["search.top_k=5"])]
+    header, records = read_pool(out)
+    assert [r["id"] for r in header["runs"]] == [str(tmp_path / "b.trec"), "rag:bm25"]
+    cand = next(r for r in records if r["query_id"] == "cand-refund")
+    assert [(h["doc"], h["proposed"], h["runs"], h["judged"]) for h in cand["hits"]] == [
+        # the proposal, found by the ranker too (rank 3)
+        ("src/shop/payments.py#refund", True, ["rag:bm25"], None),
+        ("src/shop/cart.py#L1-3", False, ["rag:bm25"], None),
+        # judged by the candidate's not_relevant (a review's n)
+        ("docs/guide.md", False, ["rag:bm25"], "not_relevant")]
+    assert "1 proposed labels" in capsys.readouterr().out
+    # nothing to rank with: one line
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--out", str(out)])
+    assert pool_command(args) == 2
+    assert "nothing ranks the queries: give --path DIR" in capsys.readouterr().err
+
+
+def test_several_queries_files_after_one_flag(setup):
+    tmp_path, repo, golden, cands = setup
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--queries",
+                                    str(golden / "queries.yaml"), str(cands)])
+    assert args.queries == [str(golden / "queries.yaml"), str(cands)]
