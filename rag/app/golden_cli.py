@@ -315,15 +315,17 @@ STATS_CORRELATION = 0.5   # as `rag golden power`'s default
 
 
 def add_tool_parsers(acts) -> None:
-    """Register ``init``, ``check``, ``stats``, ``mine``, ``pool`` and ``review`` on
-    ``rag golden``'s subparsers."""
+    """Register ``init``, ``check``, ``stats``, ``mine``, ``pool``, ``review`` and ``show``
+    on ``rag golden``'s subparsers."""
     from rag.golden.mining import add_mine_parser
     from rag.golden.pooling import add_pool_parser
     from rag.golden.review import add_review_parser
+    from rag.golden.show import add_show_parser
 
     add_mine_parser(acts)
     add_pool_parser(acts)
     add_review_parser(acts)
+    add_show_parser(acts)
     def where(parser, *, default_help: str) -> None:
         g = parser.add_mutually_exclusive_group()
         g.add_argument("--corpus", default=None, metavar="NAME",
@@ -842,4 +844,5 @@ def review_command(args: argparse.Namespace) -> int:
 TOOL_COMMANDS = {"init": init_command, "check": check_command, "stats": stats_command,
                  "mine": _lazy("rag.golden.mining", "mine_command"),
                  "pool": pool_command,
-                 "review": review_command}
+                 "review": review_command,
+                 "show": _lazy("rag.golden.show", "show_command")}

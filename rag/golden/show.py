@@ -1,0 +1,116 @@
+"""``rag golden show FILE``: a file's chunks as the index cuts them — lines, kind, symbol —
+and its category, for writing labels by hand (golden/README.md "three units": a ``symbol``
+label names one of these symbols, a ``lines`` label a span of these lines)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class ShowError(ValueError):
+    """A file ``rag golden show`` cannot show: one line, exit 2."""
+
+
+def file_chunks(root: Path, path: str) -> dict[str, Any]:
+    """The chunks of ``root/path`` as :func:`rag.corpus.chunk.chunk_document` cuts them.
+
+    Returns:
+        ``{"path", "category", "language", "lines", "chunks": [{"start_line", "end_line",
+        "kind", "symbol", "label"}]}``: ``lines`` the file's line count; ``label`` the
+        label that names the chunk's unit (``{path, symbol}``; ``{path, lines}`` for a
+        window; None for ``<module>`` code, whose chunk spans the lines between the symbols:
+        label a span of them).
+
+    Raises:
+        ShowError: the file is missing, a directory, or not text (binary).
+    """
+    from rag.corpus.chunk import chunk_document, split_lines
+    from rag.corpus.languages import MODULE_SYMBOL, language_name
+    from rag.corpus.walk import Document, categorize
+
+    f = Path(root) / path
+    if not f.is_file():
+        raise ShowError(f"{f}: no such file")
+    data = f.read_bytes()
+    if b"\0" in data[:8192]:
+        raise ShowError(f"{f}: a binary file (never indexed)")
+    text = data.decode("utf-8", errors="replace")
+    category = categorize(path)
+    chunks = chunk_document(Document(path=path, category=category, text=text, size=len(data)))
+    out = []
+    for c in sorted(chunks, key=lambda c: (c.start_line, c.end_line)):
+        if c.symbol and c.symbol != MODULE_SYMBOL:
+            label = {"path": path, "symbol": c.symbol}
+        elif c.kind == "module":  # its lines are those no symbol holds: pick a span of them
+            label = None
+        else:
+            label = {"path": path, "lines": [c.start_line, c.end_line]}
+        out.append({"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
+                    "symbol": c.symbol, "label": label})
+    return {"path": path, "category": category, "language": language_name(path),
+            "lines": len(split_lines(text)), "chunks": out}
+
+
+def _relative(file: str, root: str | None) -> tuple[Path, str]:
+    """(corpus directory, FILE's corpus-relative POSIX path)."""
+    f = Path(file).expanduser()
+    if root is not None:
+        base = Path(root).expanduser().resolve()
+        if not base.is_dir():
+            raise ShowError(f"--path {root}: not a directory")
+        # relative: to the corpus directory, unless only the current directory holds it
+        in_cwd = not f.is_absolute() and (Path.cwd() / f).exists() and not (base / f).exists()
+        full = (f if f.is_absolute() or in_cwd else base / f).resolve()
+    else:
+        full = f.resolve()
+        base = next((d for d in full.parents if (d / ".git").exists()), full.parent)
+    try:
+        return base, full.relative_to(base).as_posix()
+    except ValueError:
+        raise ShowError(f"{file}: not under the corpus directory {base}") from None
+
+
+def add_show_parser(sub) -> argparse.ArgumentParser:
+    """Register ``show`` on the ``rag golden`` action subparsers."""
+    p = sub.add_parser(
+        "show", help="a file's chunks (lines, kind, symbol) and category, for writing labels",
+        description=(
+            "Print the chunks rag cuts FILE into, as the index does: each chunk's lines, kind "
+            "and symbol, and the label that names its unit (path + symbol, or path + lines "
+            "for module code and windows), with the file's category. FILE is a path on disk "
+            "or relative to --path; its corpus-relative path (what a label's path: is) is "
+            "taken from --path, else the enclosing git work tree."))
+    p.add_argument("file", metavar="FILE", help="the file")
+    p.add_argument("--path", default=None, metavar="DIR",
+                   help="the corpus directory (default: the enclosing git work tree, else "
+                        "the file's directory)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """``rag golden show``: exit 0, or 2 with one ``error:`` line."""
+    try:
+        root, rel = _relative(args.file, args.path)
+        got = file_chunks(root, rel)
+    except (ShowError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(got, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{got['path']}  ({got['category']}, {got['language'] or 'no symbol chunker'}, "
+          f"{got['lines']} lines, {len(got['chunks'])} chunks)")
+    width = max([len(f"{c['start_line']}-{c['end_line']}") for c in got["chunks"]] + [5])
+    print(f"  {'lines':<{width}}  {'kind':<8}  symbol")
+    for c in got["chunks"]:
+        span = f"{c['start_line']}-{c['end_line']}"
+        print(f"  {span:<{width}}  {c['kind']:<8}  {c['symbol'] or '-'}"
+              + ("  (the lines no symbol holds)" if c["kind"] == "module" else ""))
+    print("label a chunk with: - path: " + got["path"] + "\n                      symbol: "
+          "<a symbol above>   (or lines: [start, end])")
+    return 0

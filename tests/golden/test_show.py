@@ -1,0 +1,42 @@
+"""rag golden show (rag/golden/show.py): a file's chunks and the labels naming them; the
+chunk lines below are read off the fixture by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from conftest import FIXTURE_FILES, write_tree
+from rag.golden.show import add_show_parser, file_chunks, show_command
+
+
+def _args(*argv):
+    ap = argparse.ArgumentParser()
+    add_show_parser(ap.add_subparsers(dest="action"))
+    return ap.parse_args(["show", *argv])
+
+
+def test_show_lists_chunks_and_their_labels(tmp_path, capsys):
+    repo = write_tree(tmp_path / "repo", FIXTURE_FILES)
+    got = file_chunks(repo, "src/shop/cart.py")
+    assert got["category"] == "source" and got["language"] == "python"
+    by = {c["symbol"]: c for c in got["chunks"]}
+    assert (by["Cart.total_price"]["start_line"], by["Cart.total_price"]["end_line"]) == (14, 16)
+    assert by["Cart.total_price"]["label"] == {"path": "src/shop/cart.py", "symbol": "Cart.total_price"}
+    assert by["<module>"]["label"] is None
+    assert show_command(_args("src/shop/cart.py", "--path", str(repo))) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("src/shop/cart.py  (source, python, ")
+    assert "  14-16  method    Cart.total_price\n" in out
+    assert show_command(_args(str(repo / "src/shop/cart.py"), "--path", str(repo), "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == "src/shop/cart.py"
+
+
+def test_show_errors(tmp_path, capsys):
+    repo = write_tree(tmp_path / "repo", {"a.bin": "x\0y"})
+    assert show_command(_args("nope.py", "--path", str(repo))) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert show_command(_args("a.bin", "--path", str(repo))) == 2
+    assert "a binary file" in capsys.readouterr().err
+    assert show_command(_args(str(tmp_path / "elsewhere.py"), "--path", str(repo))) == 2
+    assert "not under the corpus directory" in capsys.readouterr().err
