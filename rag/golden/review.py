@@ -51,8 +51,9 @@ from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE
 from rag.golden.pooling import GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc
 
 KEYS = {"y": "relevant", "n": "not relevant", "s": "skip", "e": "edit the query text",
+        "d": "discard the candidate (its query makes no golden query)",
         "q": "quit"}
-PROMPT = "[y] relevant  [n] not relevant  [s] skip  [e] edit query  [q] quit > "
+PROMPT = "[y] relevant  [n] not relevant  [s] skip  [e] edit query  [d] discard candidate  [q] quit > "
 DEFAULT_MAX_LINES = 80
 DEFAULT_CONTEXT = 3  # lines shown above and below a hit's unit
 DEFAULT_DIFF_LINES = 40  # lines of a mined label's commit diff shown
@@ -365,6 +366,17 @@ class GoldenEditor:
             self._drop_proposal(item, doc)
         self._append_label(item, "relevant" if relevant else "not_relevant", doc)
         self._save(f)
+        return str(f.path)
+
+    def discard(self, qid: str, origin: str) -> str:
+        """Remove a candidate from its candidates file (a reviewer's ``d``); returns the file.
+
+        Raises:
+            ReviewError: the query is not a candidate (it is in queries.yaml, or gone)."""
+        item, f = self.entry(qid, origin)
+        if item is None or f is self.queries:
+            raise ReviewError(f"query {qid!r} is not a candidate of {origin}")
+        self._remove_entry(f, item)
         return str(f.path)
 
     def _remove_entry(self, f: _YamlFile, item) -> None:
@@ -805,6 +817,7 @@ class Summary:
     quit: bool = False
     written: set[str] = field(default_factory=set)
     coverage: tuple[int, int] = (0, 0)  # (judged, pooled) units of the pool at the end
+    discarded: int = 0
 
 
 def _hit_lines(hit: dict[str, Any]) -> tuple[int, int] | None:
@@ -812,11 +825,19 @@ def _hit_lines(hit: dict[str, Any]) -> tuple[int, int] | None:
     return (int(got[0]), int(got[1])) if isinstance(got, list) and len(got) == 2 else None
 
 
-def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_total: int) -> list[Pair]:
-    """The pool's pairs that the golden files (as they are now) do not judge, in pool order."""
+#: ``--only``: which of a pool's pairs a session walks
+ONLY = ("all", "proposed", "pooled")
+
+
+def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_total: int, *,
+                  only: str = "all") -> list[Pair]:
+    """The pool's pairs that the golden files (as they are now) do not judge, in pool order;
+    ``only="proposed"``: a candidate's own labels alone, ``"pooled"``: the rankings' hits."""
     out = []
     for r in records:
         for h in r["hits"]:
+            if only != "all" and bool(h.get("proposed")) != (only == "proposed"):
+                continue
             if editor.judged(r["query_id"], r["origin"], h["doc"], _hit_lines(h)) is None:
                 out.append(Pair(r["query_id"], r["query"], r["origin"], r.get("source"), h,
                                 runs_total))
@@ -836,7 +857,7 @@ def judged_units(records: list[dict[str, Any]], editor: GoldenEditor) -> tuple[i
 
 def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Keys,
            out: TextIO, *, color: bool, max_lines: int = DEFAULT_MAX_LINES,
-           verify: bool = True) -> Summary:
+           verify: bool = True, only: str = "all") -> Summary:
     """One review session (see the module docstring); returns what was done.
 
     Raises:
@@ -856,7 +877,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                           f"{golden_dir} labels corpus {labelled!r}: its hits cannot be judged "
                           "there")
     run_labels = {r["id"]: r.get("label") or r["id"][:8] for r in header.get("runs", [])}
-    pairs = pending_pairs(records, editor, len(header.get("runs", [])))
+    pairs = pending_pairs(records, editor, len(header.get("runs", [])), only=only)
     summary = Summary()
     total = len(pairs)
     coverage = list(judged_units(records, editor))
@@ -897,6 +918,16 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                 summary.quit = True
                 break
             key, arg = got
+            if key == "d":
+                if not editor.is_candidate(pair.query_id, pair.origin):
+                    out.write(f"not discarded: {pair.query_id} is in queries.yaml (d discards "
+                              "a candidate; edit queries.yaml to remove a query)\n")
+                    continue
+                summary.written.add(editor.discard(pair.query_id, pair.origin))
+                summary.discarded += 1
+                gone.add(pair.query_id)
+                out.write(f"discarded candidate {pair.query_id}\n")
+                break
             if key == "e":
                 text = arg if arg is not None else keys.edit(pair.query, out)
                 if text:
@@ -968,6 +999,10 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
                         "L<start>-<end> of a whole-file hit)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="syntax highlighting: auto (when stdout is a terminal), always, never")
+    p.add_argument("--only", choices=ONLY, default="all",
+                   help="proposed: only the candidates' own (mined) labels, the quickest way "
+                        "to turn candidates into queries; pooled: only the rankings' hits; "
+                        "all (default): both, proposals first within each query")
     p.add_argument("--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N",
                    help=f"lines of code shown per hit (default {DEFAULT_MAX_LINES}; 0: all)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -1029,7 +1064,8 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
         summary = Summary()
         try:
             summary = review(Path(args.pool), Path(args.golden), root, keys, stdout,
-                             color=use_color(args.color, stdout), max_lines=args.max_lines)
+                             color=use_color(args.color, stdout), max_lines=args.max_lines,
+                             only=getattr(args, "only", "all"))
         except KeyboardInterrupt:
             stdout.write("\ninterrupted; every judgement made is saved\n")
             return 130
@@ -1040,6 +1076,7 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
     done = summary.relevant + summary.not_relevant
     stdout.write(f"judged {done} pair(s) ({summary.relevant} relevant, {summary.not_relevant} "
                  f"not relevant), skipped {summary.skipped}, edited {summary.edited} query text(s)"
+                 + (f", discarded {summary.discarded} candidate(s)" if summary.discarded else "")
                  + (f"; {summary.left} left for the next session" if summary.left else "")
                  + (f"; judged coverage of the pool {summary.coverage[0]}/{summary.coverage[1]} "
                     f"units ({100 * summary.coverage[0] / summary.coverage[1]:.0f}%)"
