@@ -161,24 +161,59 @@ def collapse(hits: Sequence[Hit], query: GoldenQuery | None, *,
                                                min_overlap=min_overlap).items()}
 
 
+def unit_judgements(units_ranked: dict[str, tuple[float, Hit]], query: GoldenQuery, *,
+                    units: CorpusUnits | None = None, min_overlap: float = 0.0,
+                    ties: str = "doc_id") -> list[tuple[str, int | None]]:
+    """``(doc id, judgement)`` per ranked unit (:func:`collapse_units`, ranked as the metrics
+    rank them), best first; the judgement is its grade when relevant; 0 when judged not relevant — its first chunk hits one of
+    the query's ``not_relevant`` labels under the same overlap rule, or it is the rest of a
+    file whose relevant label the labeller narrowed to a symbol or lines (a path unit of a
+    labelled path, as ``rag golden pool`` counts it); None when unjudged."""
+    qrels = query.qrels
+    narrowed = {lab.path for lab in query.relevant}  # a bare path unit of these: judged
+    out: list[tuple[str, int | None]] = []
+    for d in rank({d: v[0] for d, v in units_ranked.items()}, qrels, ties=ties):
+        if qrels.get(d, 0) > 0:
+            out.append((d, qrels[d]))
+        elif _hits_not_relevant(units_ranked[d][1], query, units, min_overlap):
+            out.append((d, 0))
+        else:  # the rest of a narrowed file: judged; anything else: not
+            out.append((d, 0 if d in narrowed else None))
+    return out
+
+
+def _hits_not_relevant(hit: Hit, query: GoldenQuery, units: CorpusUnits | None,
+                       min_overlap: float) -> bool:
+    return any(hits_label(hit, lab, units=units, min_overlap=min_overlap)
+               for lab in query.not_relevant)
+
+
 def judged_at(units_ranked: dict[str, tuple[float, Hit]], query: GoldenQuery, k: int, *,
               units: CorpusUnits | None = None, min_overlap: float = 0.0,
               ties: str = "doc_id") -> float:
     """Judged@k (ir_measures' ``Judged@k``, over collapsed units): the share of the top ``k``
-    ranked units (:func:`collapse_units`, ranked as the metrics rank them) that carry a
-    judgement — a relevant unit, a unit whose first chunk hits one of the query's
-    ``not_relevant`` labels under the same overlap rule, or the rest of a file whose relevant
-    label the labeller narrowed to a symbol or lines (a path unit of a labelled path: judged
-    not relevant by that narrowing, as ``rag golden pool`` counts it). The denominator is
-    ``k`` even when fewer units were ranked (an empty ranking judges 0)."""
-    qrels = query.qrels
-    narrowed = {lab.path for lab in query.relevant}  # a bare path unit of these: judged
-    ranking = rank({d: v[0] for d, v in units_ranked.items()}, qrels, ties=ties)[:k]
-    judged = sum(1 for d in ranking
-                 if qrels.get(d, 0) > 0 or d in narrowed or any(
-                     hits_label(units_ranked[d][1], lab, units=units, min_overlap=min_overlap)
-                     for lab in query.not_relevant))
-    return judged / k
+    ranked units that carry a judgement (:func:`unit_judgements`). The denominator is ``k``
+    even when fewer units were ranked (an empty ranking judges 0)."""
+    got = unit_judgements(units_ranked, query, units=units, min_overlap=min_overlap,
+                          ties=ties)[:k]
+    return sum(1 for _, j in got if j is not None) / k
+
+
+def incomplete_judgement_metrics(units_ranked: dict[str, tuple[float, Hit]],
+                                 query: GoldenQuery, *, units: CorpusUnits | None = None,
+                                 min_overlap: float = 0.0, ties: str = "doc_id"
+                                 ) -> dict[str, float]:
+    """bpref, condensed nDCG@10 and condensed MRR of one positive (rag/eval/incomplete.py):
+    R is the query's relevant labels, N its ``not_relevant`` labels plus the retrieved
+    rest-of-file units of narrowed paths that hit none of them."""
+    from rag.eval.incomplete import incomplete_metrics
+
+    got = unit_judgements(units_ranked, query, units=units, min_overlap=min_overlap, ties=ties)
+    narrowed = {lab.path for lab in query.relevant}
+    extra = sum(1 for d, j in got if j == 0 and d in narrowed and not _hits_not_relevant(
+        units_ranked[d][1], query, units, min_overlap))
+    grades = [g for g in query.qrels.values() if g > 0]
+    return incomplete_metrics([j for _, j in got], grades, len(query.not_relevant) + extra)
 
 
 RETURNED_AS = ("returned", "weak", "dropped", "empty")
@@ -337,6 +372,7 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             m = chunk_metrics(res.ranked, q, subtree=golden.subtree)
             for k in judged_ks:
                 m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
+            m.update(incomplete_judgement_metrics(ranked_units, q, ties=ties, **judge))
             per_query_metrics[q.id] = m
             row["first_relevant_rank"] = first_relevant_rank(rank(scores, q.qrels, ties=ties),
                                                              q.qrels)

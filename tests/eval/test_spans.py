@@ -215,6 +215,19 @@ def test_judged_coverage_by_hand():
     assert judged_at(units, q, 10) == pytest.approx(3 / 10)   # k is the denominator
     # not_relevant never moves the relevance metrics
     assert collapse(hits, q) == collapse(hits, _query(_span("a.py", 8, 12)))
+    # judgements [1, None, 0, 0, None]: R = 1, N = 2 (c.py and a.py 30-35; the a.py unit hits
+    # the latter); the relevant unit first: bpref 1, the condensed list [1, 0, 0] too
+    from rag.eval.evaluate import incomplete_judgement_metrics, unit_judgements
+
+    assert [j for _, j in unit_judgements(units, q)] == [1, None, 0, 0, None]
+    assert incomplete_judgement_metrics(units, q) == {
+        "bpref": 1.0, "condensed_ndcg_at_10": 1.0, "condensed_mrr": 1.0}
+    # the relevant unit below an unjudged and a judged non-relevant one: MRR 1/3, but the
+    # condensed MRR 1/2 (the unjudged x.py is dropped) and bpref 1 - min(1, 1)/min(1, 2) = 0
+    late = [_hit("x.py", 1, 10, 0.95), _hit("c.py", 1, 10, 0.9), _hit("a.py", 1, 10, 0.8)]
+    got = incomplete_judgement_metrics(collapse_units(late, q), q)
+    assert got == {"bpref": 0.0, "condensed_ndcg_at_10": pytest.approx(1 / math.log2(3)),
+                   "condensed_mrr": 0.5}
 
 
 class _Fixed:
