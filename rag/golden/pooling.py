@@ -1,11 +1,14 @@
-"""TREC-style pooling of several ledger rows' rankings, for judging new (query, hit) pairs.
+"""TREC-style pooling of several rankings, for judging new (query, unit) pairs.
 
-``rag golden pool`` takes queries (the golden set's ``queries.yaml`` and/or a candidates file)
-and several ledger rows (``--runs`` or every row of a ``--sweep``), reads each row's
-``run.trec`` artifact and collects, per query, the union of the rows' top ``depth`` hits. Each
-pooled hit says whether a label of that query already judges it; ``rag golden review``
-(:mod:`rag.golden.review`) walks the unjudged ones and writes the judgements into the golden files.
-The pool file is never the golden set.
+``rag golden pool`` takes queries (the golden set's ``queries.yaml`` and/or candidates files)
+and several rankings — ledger rows (``--runs`` or every row of a ``--sweep``: their
+chunk-level ``run.chunks.jsonl``, else ``run.trec``), TREC run files, and rag's own search of
+``--path`` in several modes for every query no row ranked (the application provides it:
+rag/app/pool_rankings.py) — and collects, per query, the candidate's own labels (proposals)
+and the union of the rankings' top ``depth`` units (:func:`chunk_unit`). Each pooled unit says
+whether a label of that query already judges it; ``rag golden review``
+(:mod:`rag.golden.review`) walks the unjudged ones and writes the judgements into the golden
+files. The pool file is never the golden set.
 
 Candidates file (``--queries FILE``)::
 
@@ -14,8 +17,9 @@ Candidates file (``--queries FILE``)::
         query: how do I stream a large response
         tags: [prose]
         source: mined:github 4562   # ... plus where it came from (golden/README.md)
-        # relevant: / not_relevant: optional (review writes not_relevant here until the
-        # candidate's first relevant label moves it into queries.yaml)
+        # relevant: optional: proposals (a miner's labels), pooled first and reviewed one
+        # by one, never counted as judgements; not_relevant: review writes here until the
+        # candidate's first relevant label moves it into queries.yaml
 
 Pool file (JSON Lines, UTF-8, one JSON object per line):
 
@@ -26,15 +30,18 @@ Pool file (JSON Lines, UTF-8, one JSON object per line):
   ``corpus_root`` tag when they agree (review's default corpus root).
 * then one line per query, in the order of the queries files: ``{"query_id": ID,
   "query": TEXT, "origin": "queries.yaml" | ABS_CANDIDATES_FILE, "source": TEXT|null,
-  "missing_in": [RUN, ...], "hits": [HIT, ...]}``, where ``missing_in`` lists the rows whose
-  run file has no ranking for the query and each HIT is ``{"docno": DOCNO, "doc": DOC_ID,
-  "path": PATH, "symbol": SYMBOL|null, "lines": [A, B]|null, "best_rank": R, "runs": [RUN, ...],
+  "missing_in": [RUN, ...], "hits": [HIT, ...]}``, where ``missing_in`` lists the rankings
+  that have no ranking for the query and each HIT is ``{"docno": DOCNO, "doc": DOC_ID,
+  "path": PATH, "symbol": SYMBOL|null, "lines": [A, B]|null, "chunk_lines": [A, B]|null,
+  "best_rank": R|null, "runs": [RUN, ...], "priority": P, "proposed": BOOL,
   "judged": "relevant" | "not_relevant" | null, "label": DOC_KEY|null}``. ``docno`` is the
   run file's field, ``doc`` its decoded doc id (:func:`rag.eval.golden.unquote_docno`):
   ``path``, ``path#symbol`` or ``path#L<a>-<b>`` (``symbol`` / ``lines`` split out of it);
-  ``best_rank`` the best 1-based rank over the rows; ``runs`` the
-  rows that ranked it within ``depth`` (header ids); ``label`` the label that judges it. Hits
-  are ordered by best rank, then by how many rows found them (most first), then doc id.
+  ``chunk_lines`` the lines of the ranked chunk when the ranking says (chunk-level runs, rag's
+  own); ``best_rank`` the best 1-based rank over the rankings (null for a proposal no ranking
+  found); ``runs`` the rankings that ranked it within ``depth`` (header ids); ``priority`` the
+  sum over them of 1/rank; ``proposed`` a label of the candidate itself; ``label`` the label
+  that judges it. Proposals come first, then hits by priority, best rank, doc id.
 
 A hit is judged when a ``relevant:`` or ``not_relevant:`` label of its query names the same
 unit (see :func:`judgement`): ``path#symbol`` / ``path#L<a>-<b>`` by a label of that path and

@@ -1,32 +1,38 @@
-"""``rag golden review``: judge the unjudged (query, hit) pairs of a pool file in a terminal.
+"""``rag golden review``: judge the unjudged (query, unit) pairs of a pool file in a terminal.
 
-Each pair shows the query and the hit's code, read from the corpus root: the lines of the
-symbol for a ``path#symbol`` hit (the file chunked as the index chunks it,
-:func:`rag.corpus.chunk.chunk_document`), the file from its first line for a path hit (at most
-``--max-lines`` lines). Syntax highlighting (rich) when stdout is a terminal, plain numbered
-lines otherwise (``--color``). Line-based: no mouse, no alternate screen, works over SSH.
+Each pair shows its evidence, read from the corpus root: the unit's lines — a ``path#symbol``
+unit's symbol (the file chunked as the index chunks it), a ``path#L<a>-<b>`` span, a whole-file
+unit's ranked chunk when the pool knows its lines (else the file from its first line) — with
+:data:`DEFAULT_CONTEXT` lines of context and at most ``--max-lines`` lines of the unit; the
+query's terms and the lines holding them; for a candidate's own (mined) label the commit's diff
+of its file; and the pool's judged coverage so far. Syntax highlighting (rich) when stdout is a
+terminal, plain numbered lines otherwise (``--color``). Line-based: no mouse, no alternate
+screen, works over SSH. ``--only proposed|pooled`` walks one kind of pair.
 
 Keys (one keypress on a terminal; one per line with ``--script FILE`` or ``-`` for stdin, or
-whenever stdin is not a terminal; blank lines and ``#`` lines of a script are ignored):
+whenever stdin is not a terminal; blank lines and ``#`` lines of a script are ignored; a script
+with any other line that is not a key is refused before anything is written):
 
-``y``  relevant: a label (``path``, or ``path`` + ``symbol``) is appended to the query's
-       ``relevant:`` in queries.yaml; a candidate not yet there is first appended to
-       queries.yaml (every key of its entry, ``source:`` included, except the miner's
-       per-source keys :data:`rag.golden.mining.PER_SOURCE_KEYS` — ``kind``, ``leakage``,
-       ``commit``, ... — which queries.yaml does not take).
-       A run names every chunk that hits none of the query's labels by its path, so a pool's
-       new hits are whole files and ``y`` labels the whole file; ``y UNIT`` (a script line,
-       e.g. ``y Flask.url_for``, ``y Registering Blueprints`` or ``y L10-20``) labels only
-       that symbol (as the chunker names it in that file) or that span of a whole-file hit
+``y``  relevant: a label of the unit shown (``path``, ``path`` + ``symbol`` or ``path`` +
+       ``lines``) is appended to the query's ``relevant:`` in queries.yaml. A candidate's first
+       ``y`` moves it (it leaves its candidates file) into queries.yaml with that one label as
+       its ``relevant:``: every key of its entry, ``source:`` included, except its other
+       proposals (left in the pool, each reviewed in turn) and the miner's per-source keys
+       :data:`rag.golden.mining.PER_SOURCE_KEYS` — ``kind``, ``leakage``, ``commit``, ...
+       — which queries.yaml does not take. ``y UNIT`` (a script line, e.g.
+       ``y Flask.url_for``, ``y Registering Blueprints`` or ``y L10-20``) labels only that
+       symbol (as the chunker names it in that file) or that span of a whole-file hit
        instead, and the rest of the file then counts as judged not relevant (the narrowing
        rule of :func:`rag.golden.pooling.judgement`). A unit that is not a symbol of the file
        (or a span past its end), or ``y UNIT`` on a hit that is not a whole file, is not
        written: the pair is skipped with one line saying why.
 ``n``  not relevant: the label is appended to the query's ``not_relevant:`` (for a candidate
-       not yet in queries.yaml: in its entry of the candidates file).
+       not yet in queries.yaml: in its entry of the candidates file, and out of its proposals).
 ``s``  skip this pair (it comes back in the next session).
 ``e``  edit the query text (on a terminal: prompted; in a script: ``e NEW TEXT``); the pair is
        shown again.
+``d``  discard the candidate: its query makes no golden query; it leaves its candidates file
+       and its pairs are left out (a query of queries.yaml is never discarded here).
 ``q``  quit. Every judgement is written when it is made, so a session can stop anywhere and
        the next one skips every pair that is judged by then.
 
