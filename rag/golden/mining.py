@@ -460,6 +460,8 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--keep-tests", action="store_true",
                    help="git: label test files too (default: left out; a commit changing "
                         "only tests is skipped as test_only)")
+    p.add_argument("--allow-shallow", action="store_true",
+                   help="git: mine a shallow clone's truncated history (default: refused)")
     p.add_argument("--keep-housekeeping", action="store_true",
                    help="git: keep dependency-bump, CI, lint/format, typo, docs-only and "
                         "changelog commits (default: skipped, each counted by reason)")

@@ -186,7 +186,10 @@ def _read_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise PoolError(f"{path}: file not found") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PoolError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PoolError(f"{where}: not valid YAML ({problem}); nothing was pooled") from None
 
 
 def _entries(data: Any, path: Path) -> tuple[str, list[Any]]:

@@ -229,7 +229,11 @@ class GoldenEditor:
         try:
             data = y.load(text)
         except Exception as exc:  # noqa: BLE001 - ruamel's YAMLError and its kin
-            raise ReviewError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ReviewError(f"{where}: not valid YAML ({problem}); fix it and run review "
+                              "again (nothing was written)") from None
         f = self.files[path] = _YamlFile(path, y, data, text)
         return f
 

@@ -201,3 +201,22 @@ def test_non_code_lines_by_language():
     assert sorted(non_code_lines("a.py", py)) == [1, 2, 3, 7, 8, 9]
     assert sorted(non_code_lines("a.ts", "import { z } from 'zod';\n// c\nexport const a = 1;\n")) == [1, 2]
     assert non_code_lines("README.md", "# Title\n") == frozenset()
+
+
+def test_bundles_and_shallow_clones_are_refused_in_one_line(housekeeping_history, tmp_path):
+    import subprocess
+
+    from rag.golden.mining import MiningError
+
+    r, _ = housekeeping_history
+    bundle = tmp_path / "repo.bundle"
+    subprocess.run(["git", "-C", str(r.root), "bundle", "create", str(bundle), "--all"],
+                   check=True, capture_output=True)
+    with pytest.raises(MiningError, match=r"a git bundle; clone it first \(git clone .*repo.bundle DIR\)"):
+        mine_git(bundle)
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "2", r.root.as_uri(), str(shallow)],
+                   check=True, capture_output=True)
+    with pytest.raises(MiningError, match=r"a shallow clone \(2 commits of history\)"):
+        mine_git(shallow)
+    assert mine_git(shallow, allow_shallow=True).examined == 2

@@ -657,3 +657,32 @@ def test_several_queries_files_after_one_flag(setup):
     args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--queries",
                                     str(golden / "queries.yaml"), str(cands)])
     assert args.queries == [str(golden / "queries.yaml"), str(cands)]
+
+
+def test_a_candidates_file_edited_into_invalid_yaml_names_its_line(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    cands.write_text(CANDIDATES + "  - id: [broken\n", encoding="utf-8")
+    out = tmp_path / "never.jsonl"
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
+                                    str(tmp_path / "a.trec"), "--queries", str(cands),
+                                    "--out", str(out)])
+    assert pool_command(args) == 2
+    err = capsys.readouterr().err
+    assert f"{cands}:8: not valid YAML" in err and "nothing was pooled" in err
+    assert not out.exists()
+    # review reads the candidates file only when a pair needs it: the same line, nothing written
+    pool_file = _pool(tmp_path, golden, _fresh_cands(tmp_path),
+                      "--run-file", str(tmp_path / "a.trec"))
+    bad = tmp_path / "fresh.yaml"
+    bad.write_text(bad.read_text() + "  - id: [broken\n", encoding="utf-8")
+    before = (golden / "queries.yaml").read_text()
+    rc, _ = _review(tmp_path, golden, pool_file, repo, "s\ns\ns\ns\ns\nn\n")
+    assert rc == 2
+    assert f"{bad}:8: not valid YAML" in capsys.readouterr().err
+    assert (golden / "queries.yaml").read_text() == before
+
+
+def _fresh_cands(tmp_path):
+    f = tmp_path / "fresh.yaml"
+    f.write_text(CANDIDATES, encoding="utf-8")
+    return f

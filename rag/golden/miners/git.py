@@ -182,6 +182,15 @@ def _is_symbol_chunk(c) -> bool:
     return c is not None and c.kind in SYMBOL_LABEL_KINDS and bool(c.symbol)
 
 
+def _is_bundle(path: Path) -> bool:
+    """A git bundle file (``# v2 git bundle`` / ``# v3 git bundle`` header)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16).startswith((b"# v2 git bundle", b"# v3 git bundle"))
+    except OSError:
+        return False
+
+
 def _symbol_lines(chunks, symbol: str) -> int:
     """How many lines the chunks carrying ``symbol`` span (first start to last end)."""
     own = [c for c in chunks if c.symbol == symbol]
@@ -204,6 +213,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
              min_words: int = 3, max_labels: int = DEFAULT_MAX_LABELS,
              max_symbol_lines: int = DEFAULT_MAX_SYMBOL_LINES,
              keep_tests: bool = False, keep_housekeeping: bool = False,
+             allow_shallow: bool = False,
              max_file_bytes: int = 1_000_000,
              exclude: list[str] | None = None, include: list[str] | None = None) -> MineResult:
     """Candidates from the commits of the git repository holding ``root`` (module docstring:
@@ -218,11 +228,15 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
     the answer to each of the fixes made in it).
 
     Raises:
-        MiningError: ``root`` is not in a git work tree, or ``at`` is not a revision.
+        MiningError: ``root`` is a bundle, not in a git work tree, or a shallow clone (unless
+            ``allow_shallow``), or ``at`` is not a revision.
     """
     from rag.corpus.chunk import split_lines
 
     root = Path(root)
+    if root.is_file() and _is_bundle(root):
+        raise MiningError(f"--path {root}: a git bundle; clone it first "
+                          f"(git clone {root} DIR) and mine DIR")
     if not root.is_dir():
         raise MiningError(f"--path {root}: not a directory")
     try:
@@ -234,6 +248,11 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
         at_sha = run_git(top, "rev-parse", "--verify", "--end-of-options", f"{at}^{{commit}}").strip()
     except MiningError:
         raise MiningError(f"--at {at}: not a commit of {top}") from None
+    if not allow_shallow and run_git(top, "rev-parse", "--is-shallow-repository").strip() == "true":
+        n = run_git(top, "rev-list", "--count", at_sha).strip()
+        raise MiningError(f"--path {root}: a shallow clone ({n} commits of history): fetch the "
+                          "rest (git fetch --unshallow) or pass --allow-shallow to mine what "
+                          "is there")
     docs = walk_documents(root, max_file_bytes=max_file_bytes, exclude=exclude, include=include)
     indexed = set(docs)
     renames_of = _rename_log(top, at_sha)
@@ -425,4 +444,5 @@ def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> Mi
                     max_files=args.max_files, max_lines=args.max_lines,
                     min_words=args.min_words, max_labels=args.max_labels,
                     max_symbol_lines=args.max_symbol_lines, keep_tests=args.keep_tests,
-                    keep_housekeeping=args.keep_housekeeping, **walk)
+                    keep_housekeeping=args.keep_housekeeping,
+                    allow_shallow=args.allow_shallow, **walk)
