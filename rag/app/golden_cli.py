@@ -315,17 +315,19 @@ STATS_CORRELATION = 0.5   # as `rag golden power`'s default
 
 
 def add_tool_parsers(acts) -> None:
-    """Register ``init``, ``check``, ``stats``, ``mine``, ``pool``, ``review`` and ``show``
-    on ``rag golden``'s subparsers."""
+    """Register ``init``, ``check``, ``stats``, ``mine``, ``pool``, ``review``, ``show`` and
+    ``judge`` on ``rag golden``'s subparsers."""
     from rag.golden.mining import add_mine_parser
     from rag.golden.pooling import add_pool_parser
     from rag.golden.review import add_review_parser
+    from rag.golden.judge import add_judge_parser
     from rag.golden.show import add_show_parser
 
     add_mine_parser(acts)
     add_pool_parser(acts)
     add_review_parser(acts)
     add_show_parser(acts)
+    add_judge_parser(acts)
     def where(parser, *, default_help: str) -> None:
         g = parser.add_mutually_exclusive_group()
         g.add_argument("--corpus", default=None, metavar="NAME",
@@ -845,4 +847,5 @@ TOOL_COMMANDS = {"init": init_command, "check": check_command, "stats": stats_co
                  "mine": _lazy("rag.golden.mining", "mine_command"),
                  "pool": pool_command,
                  "review": review_command,
-                 "show": _lazy("rag.golden.show", "show_command")}
+                 "show": _lazy("rag.golden.show", "show_command"),
+                 "judge": _lazy("rag.golden.judge", "judge_command")}

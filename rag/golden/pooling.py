@@ -33,13 +33,15 @@ Pool file (JSON Lines, UTF-8, one JSON object per line):
   "missing_in": [RUN, ...], "hits": [HIT, ...]}``, where ``missing_in`` lists the rankings
   that have no ranking for the query and each HIT is ``{"docno": DOCNO, "doc": DOC_ID,
   "path": PATH, "symbol": SYMBOL|null, "lines": [A, B]|null, "chunk_lines": [A, B]|null,
-  "best_rank": R|null, "runs": [RUN, ...], "priority": P, "proposed": BOOL,
+  "best_rank": R|null, "runs": [RUN, ...], "ranks": {RUN: R, ...}, "priority": P,
+  "proposed": BOOL,
   "judged": "relevant" | "not_relevant" | null, "label": DOC_KEY|null}``. ``docno`` is the
   run file's field, ``doc`` its decoded doc id (:func:`rag.eval.golden.unquote_docno`):
   ``path``, ``path#symbol`` or ``path#L<a>-<b>`` (``symbol`` / ``lines`` split out of it);
   ``chunk_lines`` the lines of the ranked chunk when the ranking says (chunk-level runs, rag's
   own); ``best_rank`` the best 1-based rank over the rankings (null for a proposal no ranking
-  found); ``runs`` the rankings that ranked it within ``depth`` (header ids); ``priority`` the
+  found); ``runs`` the rankings that ranked it within ``depth`` (header ids) and ``ranks``
+  its rank in each; ``priority`` the
   sum over them of 1/rank; ``proposed`` a label of the candidate itself; ``label`` the label
   that judges it. Proposals come first, then hits by priority, best rank, doc id.
 
@@ -450,6 +452,7 @@ def pool(queries: Sequence[PoolQuery], runs: Sequence[RunSource], *,
             hits[trec_docno(doc)] = {"docno": trec_docno(doc), "doc": doc, "path": path,
                                      "symbol": symbol, "lines": list(lines) if lines else None,
                                      "chunk_lines": None, "best_rank": None, "runs": [],
+                                     "ranks": {},
                                      "priority": 0.0, "proposed": True,
                                      "judged": verdict, "label": label}
         for run in runs:
@@ -468,13 +471,15 @@ def pool(queries: Sequence[PoolQuery], runs: Sequence[RunSource], *,
                                        "symbol": symbol,
                                        "lines": list(lines) if lines else None,
                                        "chunk_lines": list(span) if span else None,
-                                       "best_rank": rank, "runs": [], "priority": 0.0,
+                                       "best_rank": rank, "runs": [], "ranks": {},
+                                       "priority": 0.0,
                                        "proposed": False, "judged": verdict, "label": label}
                 if h["chunk_lines"] is None and run.lines.get(docno):
                     h["chunk_lines"] = list(run.lines[docno])
                 h["best_rank"] = rank if h["best_rank"] is None else min(h["best_rank"], rank)
                 if run.id not in h["runs"]:
                     h["runs"].append(run.id)
+                    h["ranks"][run.id] = rank
                     h["priority"] = round(h["priority"] + 1.0 / rank, 6)
         ordered = sorted(hits.values(), key=lambda h: (
             not h["proposed"], -h["priority"], h["best_rank"] or 0, h["doc"]))
