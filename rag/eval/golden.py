@@ -32,7 +32,9 @@ TYPE_NAMES = CATEGORIES
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # a query's ``source``: hand, mined:git <sha>, mined:docstring, mined:github, ...
 _SOURCE = re.compile(r"^(hand|mined:[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
-_LABEL_KEYS = {"path", "symbol", "lines", "digest", "grade", "__line__"}
+# a label's ``source``: how that one judgement was made (rag golden review writes it)
+_LABEL_SOURCE = re.compile(r"^(hand|(mined|review):[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
+_LABEL_KEYS = {"path", "symbol", "lines", "digest", "grade", "source", "__line__"}
 _DIGEST = re.compile(r"^[0-9a-f]{12}$")
 DIGEST_CHARS = 12
 
@@ -62,6 +64,9 @@ class Label:
         digest: a span label's optional ``digest:`` (:func:`span_digest` of its lines when
             it was labelled), so ``rag golden check`` can tell a span whose text moved
             inside its file (and where to) from a correct one.
+        source: how this judgement was made, when the label says: ``hand``,
+            ``mined:<how> <detail>`` (a miner's proposal accepted in review) or
+            ``review:<how>`` (``review:pool``: a pooled hit judged in ``rag golden review``).
     """
 
     path: str
@@ -70,6 +75,7 @@ class Label:
     lines: tuple[int, int] | None = None
     spans: Ranges = ()
     digest: str | None = None
+    source: str | None = field(default=None, compare=False)  # provenance, not identity
 
     @property
     def unit(self) -> str:
@@ -396,6 +402,11 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
         problems.append(f"{lwhere}: query {qid!r}: digest must be {DIGEST_CHARS} lowercase hex "
                         f"digits (rag golden check --pin writes it), got {digest!r}")
         digest = None
+    source = lab.get("source")
+    if source is not None and (not isinstance(source, str) or not _LABEL_SOURCE.match(source)):
+        problems.append(f"{lwhere}: query {qid!r}: a label's source must be 'hand', "
+                        f"'mined:<how>[ <detail>]' or 'review:<how>[ <detail>]', got {source!r}")
+        source = None
     if digest is not None and "lines" not in lab:
         problems.append(f"{lwhere}: query {qid!r}: a digest belongs to a span label "
                         "(lines: [start, end])")
@@ -416,7 +427,7 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
     elif symbol and units is not None:
         spans = units.symbol_lines.get((path, symbol), ())
     return Label(path=path, symbol=symbol, grade=grade, lines=lines, spans=spans,
-                 digest=digest)
+                 digest=digest, source=source)
 
 
 def _check_units(labels: list[Label], where: str, qid: Any, what: str,

@@ -307,7 +307,8 @@ class GoldenEditor:
 
     # -- writes
 
-    def _append_label(self, item, key: str, doc: str, *, at: int | None = None) -> None:
+    def _append_label(self, item, key: str, doc: str, *, at: int | None = None,
+                      source: str | None = None) -> None:
         cmap, cseq = _containers()
         path, symbol, lines = split_doc(doc)
         label = cmap([("path", path)])
@@ -317,6 +318,8 @@ class GoldenEditor:
             span = cseq(lines)
             span.fa.set_flow_style()
             label["lines"] = span
+        if source:
+            label["source"] = source
         if isinstance(item.get(key), list) and len(item[key]):
             seq = item[key]
 
@@ -342,14 +345,16 @@ class GoldenEditor:
             at = len(keys)
         grow(item, lambda: item.insert(at, key, cseq([label])))
 
-    def judge(self, qid: str, origin: str, doc: str, relevant: bool) -> str:
+    def judge(self, qid: str, origin: str, doc: str, relevant: bool, *,
+              source: str | None = None) -> str:
         """Write one judgement; returns the file written.
 
         A candidate's first ``y`` *moves* it: its entry goes to queries.yaml with that one
         label as its only ``relevant:`` (its ``not_relevant:`` judgements kept, the miner's
         per-source keys dropped) and leaves the candidates file; its other proposals stay in
         the pool to be judged one by one. ``n`` on a candidate's proposal records it under
-        the candidate's ``not_relevant:`` and takes it out of its proposals.
+        the candidate's ``not_relevant:`` and takes it out of its proposals. ``source``: the
+        label's ``source:`` (how the judgement was made: :func:`label_source`).
         """
         item, f = self.entry(qid, origin)
         if item is None:
@@ -366,7 +371,7 @@ class GoldenEditor:
             # proposals, not judgements: only this one moves, where the list was
             at = list(new.keys()).index("relevant") if "relevant" in new else None
             new.pop("relevant", None)
-            self._append_label(new, "relevant", doc, at=at)
+            self._append_label(new, "relevant", doc, at=at, source=source)
             seq = self.queries.data["queries"]
             grow(seq, lambda: seq.append(new), gap=_separated(seq))
             self._save(self.queries)
@@ -374,7 +379,7 @@ class GoldenEditor:
             return str(self.queries.path)
         if not relevant and f is not self.queries:
             self._drop_proposal(item, doc)
-        self._append_label(item, "relevant" if relevant else "not_relevant", doc)
+        self._append_label(item, "relevant" if relevant else "not_relevant", doc, source=source)
         self._save(f)
         return str(f.path)
 
@@ -830,6 +835,16 @@ class Summary:
     discarded: int = 0
 
 
+def label_source(pair: Pair) -> str:
+    """The ``source:`` a label written in review carries: the candidate's own (``mined:git
+    <sha>``) for a miner's proposal, ``review:proposal`` for another candidate's own label,
+    ``review:pool`` for a pooled hit."""
+    if pair.hit.get("proposed"):
+        src = pair.source or ""
+        return src if src.startswith("mined:") else "review:proposal"
+    return "review:pool"
+
+
 def _hit_lines(hit: dict[str, Any]) -> tuple[int, int] | None:
     got = hit.get("chunk_lines")
     return (int(got[0]), int(got[1])) if isinstance(got, list) and len(got) == 2 else None
@@ -963,7 +978,8 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                 summary.skipped += 1
             else:
                 summary.written.add(editor.judge(pair.query_id, pair.origin, doc,
-                                                 relevant=key == "y"))
+                                                 relevant=key == "y",
+                                                 source=label_source(pair)))
                 if editor.replaced:
                     out.write(f"note: {pair.hit['doc']} replaces the narrower label(s) "
                               f"{', '.join(editor.replaced)} of that file\n")

@@ -266,6 +266,9 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
     # a label without a path
     ("queries:\n  - {id: a, query: x, relevant: [{symbol: f}]}\n", "negatives: []\n",
      "a label needs a 'path'"),
+    # a label's provenance: hand, mined:<how> or review:<how> (judge: never in queries.yaml)
+    ("queries:\n  - {id: a, query: x, relevant: [{path: a.py, source: 'judge:gpt'}]}\n",
+     "negatives: []\n", "a label's source must be 'hand'"),
     # repeated label
     ("queries:\n  - {id: a, query: x, relevant: [{path: a.py}, {path: a.py}]}\n",
      "negatives: []\n", "repeats a label"),
@@ -289,7 +292,7 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
 ], ids=["dup-in-queries", "dup-in-negatives", "dup-across", "empty-query", "empty-negative",
          "no-relevant", "empty-relevant", "unknown-key", "unknown-label-key",
          "unknown-negative-key", "with-and-without-symbol", "grade-0", "grade-float",
-         "grade-bool", "label-no-path", "repeated-label", "bad-id", "tags-not-list",
+         "grade-bool", "label-no-path", "label-source", "repeated-label", "bad-id", "tags-not-list",
          "no-queries", "no-negatives-list", "unknown-top-level-key", "duplicate-yaml-key",
          "top-not-mapping", "bad-yaml",
          "negatives-file-missing"])

@@ -79,7 +79,9 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
     assert yaml.safe_load((golden / "candidates-git.yaml").read_text())["candidates"] == []
     queries = {q["id"]: q for q in yaml.safe_load((golden / "queries.yaml").read_text())["queries"]}
     moved = queries[by[c["discount"]]["id"]]
-    assert moved["relevant"] == [{"path": "src/shop/cart.py", "symbol": "apply_discount_code"}]
+    # the label says how it was made: the miner's proposal, accepted
+    assert moved["relevant"] == [{"path": "src/shop/cart.py", "symbol": "apply_discount_code",
+                                  "source": f"mined:git {c['discount']}"}]
     assert moved["source"] == f"mined:git {c['discount']}" and "commit" not in moved
 
     assert main(["golden", "check", "--path", str(repo), "--golden", str(golden)]) == 0

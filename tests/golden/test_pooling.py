@@ -217,8 +217,10 @@ AFTER_QUERIES = textwrap.dedent("""\
           - path: src/shop/payments.py
             symbol: handleAuthCallback
           - path: tests/test_cart.py
+            source: review:pool
         not_relevant:
           - path: src/shop/cart.py
+            source: review:pool
 
       # ---- prose
       - id: prose-voucher
@@ -229,6 +231,7 @@ AFTER_QUERIES = textwrap.dedent("""\
             symbol: apply_discount_code
         not_relevant:
           - path: src/shop/payments.py
+            source: review:pool
         note: the discount helper
 
       - id: cand-refund
@@ -238,8 +241,10 @@ AFTER_QUERIES = textwrap.dedent("""\
         relevant:
           - path: docs/guide.md
             symbol: Refunds
+            source: review:pool
         not_relevant:
           - path: src/shop/payments.py
+            source: review:pool
     # end of the positives
     """)
 
@@ -252,6 +257,7 @@ AFTER_CANDIDATES = textwrap.dedent("""\
         source: mined:github 12
         not_relevant:
           - path: src/shop/payments.py
+            source: review:pool
     """)
 
 
@@ -385,6 +391,7 @@ def test_a_mined_candidate_moves_without_its_per_source_keys(setup, capsys):
                      "    types: [source]\n"
                      "    relevant:\n"
                      "      - path: src/shop/payments.py\n"
+                     "        source: mined:docstring\n"
                      "    note: function docstring summary\n"
                      "# end of the positives\n")
     assert "doc-refund" not in cands.read_text()
