@@ -2,16 +2,17 @@
 ``POST /v1/chat/completions`` answers ``##final score: N`` where N is the first grade whose
 word (``rules``: a word -> grade) occurs in the user message's passage, else 0, with a
 ``usage`` of fixed token counts; ``/v1/broken`` answers 500. Every request's headers and body
-are recorded. Started on 127.0.0.1 by the test, in a thread of its own process, and shut down
-by it."""
+are recorded. Started on 127.0.0.1 by the test (tests/linkserver.py ``loopback``), in a thread of its own
+process, and shut down by it."""
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from linkserver import loopback
 
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 5
@@ -50,13 +51,5 @@ def _handler(seen: list[dict], rules: dict[str, int]):
 def judge_server(rules: dict[str, int]) -> Iterator[tuple[str, list[dict]]]:
     """``(API base URL, requests seen)`` of a stub judge running for the ``with`` block."""
     seen: list[dict] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen, rules))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback(_handler(seen, rules)) as base:
+        yield f"{base}/v1", seen

@@ -46,12 +46,20 @@ def link_server(*, slow_s: float = 3.0, rules: dict[str, int] | None = None,
     """``(base URL, requests seen)`` of a server running for the ``with`` block.
     ``rules``: a path part -> the status answered for paths that contain it."""
     seen: list[tuple[str, str]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen, slow_s, rules or {}, slow_parts))
+    with loopback(_handler(seen, slow_s, rules or {}, slow_parts)) as base:
+        yield base, seen
+
+
+@contextmanager
+def loopback(handler) -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a threading HTTP server with ``handler`` (a
+    BaseHTTPRequestHandler class), on a free port, for the ``with`` block; shut down after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
