@@ -46,6 +46,8 @@ def rank_with_rag(corpus_root: Path, queries: Sequence, *, modes: Sequence[str] 
     bad = [m for m in modes if m not in known]
     if bad:
         raise PoolError(f"--modes {' '.join(bad)}: not a search mode (one of {', '.join(known)})")
+    print(f"loading the index of {corpus_root} (the first time it is built: every chunk is "
+          "embedded, minutes on 2 cores; reused after)", file=sys.stderr)
     cfg, index, _ = _load(list(overrides), corpus_dir=Path(corpus_root).resolve())
     options, _ = search_abstention(cfg, index)
     out = []
@@ -66,8 +68,8 @@ def rank_with_rag(corpus_root: Path, queries: Sequence, *, modes: Sequence[str] 
                     lines.setdefault(docno, (h.start_line, max(h.start_line, h.end_line)))
                 if len(docs) >= depth:
                     break
-            if n % 50 == 0:
-                print(f"  rag:{mode}: {n}/{len(queries)} queries", file=sys.stderr)
+            if n % 50 == 0 or n == len(queries):
+                print(f"  rag:{mode}: {n}/{len(queries)} queries ranked", file=sys.stderr)
         out.append(RunSource(id=f"rag:{mode}", label=f"rag {mode}", ranking=ranking,
                              corpus_root=str(Path(corpus_root).resolve()), lines=lines))
     return out

@@ -459,7 +459,7 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
                         f"lines instead (default {DEFAULT_MAX_SYMBOL_LINES})")
     p.add_argument("--keep-tests", action="store_true",
                    help="git: label test files too (default: left out; a commit changing "
-                        "only tests is skipped as test_only)")
+                        "only tests is skipped as test_only); docstrings: mine test files too")
     p.add_argument("--allow-shallow", action="store_true",
                    help="git: mine a shallow clone's truncated history (default: refused)")
     p.add_argument("--keep-housekeeping", action="store_true",

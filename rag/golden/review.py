@@ -532,11 +532,14 @@ def term_lines(code: HitCode, terms: list[str]) -> dict[str, list[int]]:
 
 
 def commit_hunks(corpus_root: Path, source: str | None, path: str, *,
-                 max_lines: int = DEFAULT_DIFF_LINES) -> list[str] | None:
+                 symbol: str | None = None, max_lines: int = DEFAULT_DIFF_LINES
+                 ) -> list[str] | None:
     """For a label mined from git (``source: mined:git <sha>``): the commit's diff of
     ``path`` (``git show --unified=1``; the path as the pool names it, relative to the corpus
-    root), at most ``max_lines`` lines; None for another source, or when git cannot show it
-    (not a work tree, an unknown commit, a file renamed since)."""
+    root) — only the hunks that name ``symbol``'s last part in their ``@@`` line (git's
+    enclosing-function context) or their lines, when any does — at most ``max_lines``
+    lines; None for another source, or when git cannot show it (not a work tree, an unknown
+    commit, a file renamed since)."""
     import re
     import subprocess
 
@@ -555,6 +558,18 @@ def commit_hunks(corpus_root: Path, source: str | None, path: str, *,
            if not ln.startswith(("diff --git", "index ", "--- ", "+++ "))]
     if not out:
         return None
+    if symbol:
+        name = symbol.rsplit(".", 1)[-1]
+        hunks: list[list[str]] = []
+        for ln in out:
+            if ln.startswith("@@") or not hunks:
+                hunks.append([ln])
+            else:
+                hunks[-1].append(ln)
+        mine = [h for h in hunks if any(re.search(rf"\b{re.escape(name)}\b", ln) for ln in h)]
+        if mine and len(mine) < len(hunks):
+            out = [ln for h in mine for ln in h] + [
+                f"... ({len(hunks) - len(mine)} other hunk(s) of this file not shown)"]
     return out[:max_lines] + ([f"... ({len(out) - max_lines} more diff lines)"]
                               if len(out) > max_lines else [])
 
@@ -642,7 +657,7 @@ def render_pair(out: TextIO, pair: Pair, code: HitCode | None, error: str | None
     found = ", ".join(run_labels.get(r, r[:8]) for r in hit.get("runs", []))
     head = [f"[{index}/{total}] {pair.query_id} ({where}"
             + (f"; source: {pair.source}" if pair.source else "") + ")"
-            + (f"  judged {coverage[0]}/{coverage[1]} pooled units "
+            + (f"  judged so far {coverage[0]}/{coverage[1]} pooled units "
                f"({100 * coverage[0] / coverage[1]:.0f}%)" if coverage and coverage[1] else ""),
             f"  query: {pair.query}"]
     rel, nrel = labels
@@ -746,7 +761,6 @@ class ScriptKeys(Keys):
             if not line or line.startswith("#"):
                 continue
             key, _, arg = line.partition(" ")
-            key = key.lower()
             if key not in KEYS or (arg.strip() and key not in ("e", "y")):
                 raise ReviewError(f"{self.name}:{self.n}: unknown key {line!r} "
                                   f"(one of {', '.join(KEYS)}; e takes the new text, y "
@@ -772,7 +786,7 @@ def check_script(lines: list[str], name: str) -> None:
         if not line or line.startswith("#"):
             continue
         key, _, arg = line.partition(" ")
-        if key.lower() not in KEYS or (arg.strip() and key.lower() not in ("e", "y")):
+        if key not in KEYS or (arg.strip() and key not in ("e", "y")):
             bad.append(f"{name}:{n}: unknown key {line!r}")
     if bad:
         raise ReviewError("; ".join(bad) + f" (keys: {', '.join(KEYS)}; e takes the new text, "
@@ -809,8 +823,8 @@ class TerminalKeys(Keys):
             if ch == "\x03":
                 raise KeyboardInterrupt
             out.write(ch + "\n")
-            if ch.lower() in KEYS:
-                return ch.lower(), None
+            if ch in KEYS:  # case matters: a stray capital never discards a candidate
+                return ch, None
             out.write(f"unknown key {ch!r}: " + ", ".join(f"{k} {v}" for k, v in KEYS.items()) + "\n")
 
     def edit(self, current, out):
@@ -855,11 +869,17 @@ ONLY = ("all", "proposed", "pooled")
 
 
 def pending_pairs(records: list[dict[str, Any]], editor: GoldenEditor, runs_total: int, *,
-                  only: str = "all") -> list[Pair]:
+                  only: str = "all", gone: set[str] | None = None) -> list[Pair]:
     """The pool's pairs that the golden files (as they are now) do not judge, in pool order;
-    ``only="proposed"``: a candidate's own labels alone, ``"pooled"``: the rankings' hits."""
+    ``only="proposed"``: a candidate's own labels alone, ``"pooled"``: the rankings' hits.
+    A query no longer in the golden files (a discarded candidate, a query removed by hand) has
+    no pairs; its id is added to ``gone``."""
     out = []
     for r in records:
+        if editor.entry(r["query_id"], r["origin"])[0] is None:
+            if gone is not None:
+                gone.add(r["query_id"])
+            continue
         for h in r["hits"]:
             if only != "all" and bool(h.get("proposed")) != (only == "proposed"):
                 continue
@@ -902,14 +922,16 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                           f"{golden_dir} labels corpus {labelled!r}: its hits cannot be judged "
                           "there")
     run_labels = {r["id"]: r.get("label") or r["id"][:8] for r in header.get("runs", [])}
-    pairs = pending_pairs(records, editor, len(header.get("runs", [])), only=only)
+    gone: set[str] = set()
+    pairs = pending_pairs(records, editor, len(header.get("runs", [])), only=only, gone=gone)
     summary = Summary()
     total = len(pairs)
     coverage = list(judged_units(records, editor))
     out.write(f"{total} unjudged pair(s) in {pool_file}; judged {coverage[0]}/{coverage[1]} "
-              "pooled units\n")
+              "pooled units"
+              + (f"; {len(gone)} of its queries are no longer in the golden files (discarded "
+                 "or removed): left out" if gone else "") + "\n")
     texts: dict[str, str] = {}
-    gone: set[str] = set()
     for i, pair in enumerate(pairs, 1):
         if editor.judged(pair.query_id, pair.origin, pair.hit["doc"],
                          _hit_lines(pair.hit)) is not None:
@@ -929,7 +951,8 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
             except ReviewError as exc:
                 error = str(exc)
             if pair.hit.get("proposed"):
-                diff = commit_hunks(corpus_root, pair.source, pair.hit["path"])
+                diff = commit_hunks(corpus_root, pair.source, pair.hit["path"],
+                                    symbol=pair.hit.get("symbol"))
         else:
             error = "no corpus root: give --corpus-root or config overrides"
         while True:
@@ -959,6 +982,8 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                     summary.written.add(editor.edit_query(pair.query_id, pair.origin, text))
                     texts[pair.query_id] = text
                     summary.edited += 1
+                    out.write("note: the pool's hits were retrieved for the old text; run "
+                              "rag golden pool again to rank the new one\n")
                 continue
             doc = pair.hit["doc"]
             if key == "y" and arg:  # narrow a whole-file hit to one of its symbols or a span
@@ -1010,7 +1035,7 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
         description=(
             "Show each unjudged (query, hit) pair of a pool file (rag golden pool) with the "
             "hit's code and read one key: y relevant, n not relevant, s skip, e edit the query "
-            "text, q quit. Each judgement is written at once into queries.yaml (relevant: / "
+            "text, d discard a candidate, q quit. Each judgement is written at once into queries.yaml (relevant: / "
             "not_relevant:, comments and order kept; a candidate moves into queries.yaml at "
             "its first y), so a later session resumes where this one stopped."))
     p.add_argument("--pool", required=True, metavar="FILE", help="the pool file")
@@ -1020,9 +1045,10 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
                    help="where the hits' files are (default: from the config overrides if "
                         "any are given, else the rows' corpus_root recorded in the pool)")
     p.add_argument("--script", default=None, metavar="FILE",
-                   help="read the keys from FILE ('-': stdin), one per line "
-                        "(y, n, s, q, 'e NEW TEXT', or 'y UNIT': label only that symbol or "
-                        "L<start>-<end> of a whole-file hit)")
+                   help="read the keys from FILE ('-': stdin), one per line, lower case "
+                        "(y, n, s, d, q, 'e NEW TEXT', or 'y UNIT': label only that symbol or "
+                        "L<start>-<end> of a whole-file hit); every line is checked before "
+                        "anything is written")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="syntax highlighting: auto (when stdout is a terminal), always, never")
     p.add_argument("--only", choices=ONLY, default="all",
@@ -1074,19 +1100,19 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
     try:
         header, _ = read_pool(Path(args.pool))
         root = _corpus_root(args, header, compose_config)
-        if args.script == "-":
-            keys: Keys = ScriptKeys(iter(stdin), "<stdin>")
-        elif args.script:
+        if args.script or not stdin.isatty():
+            # a script (a file, or stdin): read whole, every line a key before anything is
+            # written
+            name = args.script if args.script and args.script != "-" else "<stdin>"
             try:
-                lines = Path(args.script).read_text(encoding="utf-8").splitlines()
+                lines = (stdin.read() if name == "<stdin>"
+                         else Path(args.script).read_text(encoding="utf-8")).splitlines()
             except OSError as exc:
                 raise ReviewError(f"--script {args.script}: {exc.strerror or exc}") from None
-            keys = ScriptKeys(iter(lines), args.script)
-            check_script(lines, args.script)  # every line a key before anything is written
-        elif stdin.isatty():
-            keys = TerminalKeys(stdin)
+            check_script(lines, name)
+            keys: Keys = ScriptKeys(iter(lines), name)
         else:
-            keys = ScriptKeys(iter(stdin), "<stdin>")
+            keys = TerminalKeys(stdin)
         summary = Summary()
         try:
             summary = review(Path(args.pool), Path(args.golden), root, keys, stdout,

@@ -103,14 +103,19 @@ def show_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(got, indent=2, ensure_ascii=False))
         return 0
-    print(f"{got['path']}  ({got['category']}, {got['language'] or 'no symbol chunker'}, "
-          f"{got['lines']} lines, {len(got['chunks'])} chunks)")
+    kinds = {c["kind"] for c in got["chunks"]}
+    how = got["language"] or ("sections" if "section" in kinds else "line windows")
+    print(f"{got['path']}  ({got['category']}, {how}, {got['lines']} lines, "
+          f"{len(got['chunks'])} chunks)")
     width = max([len(f"{c['start_line']}-{c['end_line']}") for c in got["chunks"]] + [5])
-    print(f"  {'lines':<{width}}  {'kind':<8}  symbol")
+    print(f"  {'lines':<{width}}  {'kind':<8}  label")
     for c in got["chunks"]:
         span = f"{c['start_line']}-{c['end_line']}"
-        print(f"  {span:<{width}}  {c['kind']:<8}  {c['symbol'] or '-'}"
-              + ("  (the lines no symbol holds)" if c["kind"] == "module" else ""))
-    print("label a chunk with: - path: " + got["path"] + "\n                      symbol: "
-          "<a symbol above>   (or lines: [start, end])")
+        lab = c["label"]
+        what = (f"symbol: {lab['symbol']}" if lab and "symbol" in lab
+                else f"lines: [{lab['lines'][0]}, {lab['lines'][1]}]" if lab
+                else "(module code: the lines no symbol holds; label a span of them)")
+        print(f"  {span:<{width}}  {c['kind']:<8}  {what}")
+    print(f"a label: {{path: {got['path']}, symbol: ...}} or {{path: {got['path']}, "
+          "lines: [start, end]}")
     return 0

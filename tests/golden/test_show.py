@@ -27,7 +27,8 @@ def test_show_lists_chunks_and_their_labels(tmp_path, capsys):
     assert show_command(_args("src/shop/cart.py", "--path", str(repo))) == 0
     out = capsys.readouterr().out
     assert out.startswith("src/shop/cart.py  (source, python, ")
-    assert "  14-16  method    Cart.total_price\n" in out
+    assert "  14-16  method    symbol: Cart.total_price\n" in out
+    assert "module code: the lines no symbol holds" in out
     assert show_command(_args(str(repo / "src/shop/cart.py"), "--path", str(repo), "--json")) == 0
     assert json.loads(capsys.readouterr().out)["path"] == "src/shop/cart.py"
 

@@ -56,11 +56,18 @@ _XML_TAG = re.compile(r"</?[A-Za-z][^>]*>")
 _MD_LINK = re.compile(r"\[([^\]\n]+)\](?:\([^)\s]*\)|\[[^\]\n]*\])?")
 
 
+_RST_ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`~?([^`<]+?)(?:\s*<[^>]*>)?`")
+
+
 def docstring_summary(doc: str) -> str:
     """The summary of a cleaned docstring: the first sentence (up to ``.``, ``!`` or ``?``
-    followed by a space) of its first paragraph, lines joined by single spaces."""
+    followed by a space) of its first paragraph, lines joined by single spaces, reST markup
+    read as text (``:func:`x``` and ``:py:class:`~a.B``` as their target, double backticks
+    dropped)."""
     para = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0]
     joined = " ".join(para.split())
+    joined = _RST_ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~")
+                           else m.group(1), joined).replace("``", "")
     m = re.match(r"(.+?[.!?])(?=\s)", joined)
     return m.group(1) if m else joined
 
@@ -169,11 +176,13 @@ def _documented_symbols(tree: ast.Module) -> list[tuple[str, str, str]]:
 
 
 def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: int = 3,
-                    max_file_bytes: int = 1_000_000, exclude: list[str] | None = None,
+                    keep_tests: bool = False, max_file_bytes: int = 1_000_000,
+                    exclude: list[str] | None = None,
                     include: list[str] | None = None) -> MineResult:
     """Candidates from the docstrings of the corpus's Python files and the doc comments of
     its files in the other languages of :data:`DOC_SYNTAX` (module docstring). Source files
-    in a language with no reader here are named in ``MineResult.warnings``."""
+    in a language with no reader here are named in ``MineResult.warnings``. Test files (the
+    walker's ``test`` category) are left out unless ``keep_tests``."""
     from rag.corpus.chunk import split_lines
     from rag.corpus.languages import language_name
     from rag.corpus.walk import SOURCE_SUFFIXES
@@ -187,6 +196,8 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
     examined = 0
     unread: Counter = Counter()
     for path, doc in docs.items():
+        if doc.category == "test" and not keep_tests:
+            continue
         lang = language_name(path)
         if lang in DOC_SYNTAX:
             firsts: dict[str, Any] = {}
@@ -279,4 +290,4 @@ def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> Mi
     """Run this miner with ``rag golden mine``'s parsed options (``walk``: the walker's
     ``max_file_bytes`` / ``exclude`` / ``include``)."""
     return mine_docstrings(root, max_candidates=max_candidates, min_words=args.min_words,
-                           **walk)
+                           keep_tests=args.keep_tests, **walk)
