@@ -32,11 +32,13 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import hashlib
+import http.client
 import json
 import os
 import re
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,8 +132,23 @@ class ChatJudge:
 
     @property
     def endpoint(self) -> str:
-        u = self.url.rstrip("/")
-        return u if u.endswith("/chat/completions") else u + "/chat/completions"
+        """The chat-completions URL requests go to (``/chat/completions`` appended to the
+        path of ``url``; its query string kept)."""
+        parts = urllib.parse.urlsplit(self.url)
+        path = parts.path.rstrip("/")
+        if not path.endswith("/chat/completions"):
+            path += "/chat/completions"
+        return urllib.parse.urlunsplit(parts._replace(path=path))
+
+    @property
+    def shown_endpoint(self) -> str:
+        """:attr:`endpoint` as it may be printed or recorded: without a query string or
+        user info (either can hold a credential)."""
+        parts = urllib.parse.urlsplit(self.endpoint)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
     def grade(self, query: str, where: str, passage: str) -> int | None:
         """The judge's 0-3 grade of ``passage`` (the unit's code, at ``where``) for
@@ -144,73 +161,161 @@ class ChatJudge:
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": USER_PROMPT.format(
                 query=query, where=where, passage=passage[:MAX_PASSAGE_CHARS])}]}
-        req = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"},
-                                     method="POST")
+        where = self.shown_endpoint
+        try:
+            req = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"},
+                                         method="POST")
+        except ValueError as exc:
+            raise JudgeError(f"--url {where}: {exc}") from None
         if self.key:
             req.add_header("Authorization", f"Bearer {self.key}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+            with _OPENER.open(req, timeout=self.timeout_s) as resp:
                 data = json.loads(resp.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
-            raise JudgeError(f"{self.endpoint}: HTTP {exc.code} {exc.reason}") from None
+            raise JudgeError(f"{where}: HTTP {exc.code} {exc.reason}"
+                             + (" (redirects are not followed: give the final URL)"
+                                if 300 <= exc.code < 400 else "")) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise JudgeError(f"{self.endpoint}: {getattr(exc, 'reason', exc)}") from None
-        except json.JSONDecodeError:
-            raise JudgeError(f"{self.endpoint}: the reply is not JSON") from None
+            raise JudgeError(f"{where}: {getattr(exc, 'reason', exc)}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise JudgeError(f"{where}: the reply is not JSON") from None
+        except (http.client.HTTPException, ValueError) as exc:
+            raise JudgeError(f"{where}: not an HTTP reply ({type(exc).__name__}: {exc})") from None
         try:
             text = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"{self.endpoint}: the reply has no choices[0].message.content")
+            raise JudgeError(f"{where}: the reply has no choices[0].message.content") from None
         self.usage.requests += 1
-        use = data.get("usage") or {}
-        self.usage.prompt_tokens += int(use.get("prompt_tokens") or 0)
-        self.usage.completion_tokens += int(use.get("completion_tokens") or 0)
+        use = data.get("usage") if isinstance(data, dict) else None
+        use = use if isinstance(use, dict) else {}
+        self.usage.prompt_tokens += _count(use.get("prompt_tokens"))
+        self.usage.completion_tokens += _count(use.get("completion_tokens"))
         g = parse_grade(str(text))
         if g is None:
             self.usage.unparsed += 1
         return g
 
 
+def _count(value: Any) -> int:
+    """A token count from a reply's ``usage``: 0 when absent or not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the request (and its key) goes to ``--url`` or nowhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None
+
+
+# no proxy from the environment, no redirect: nothing is sent anywhere but --url
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
 # ---------------------------------------------------------------------------- the file
 
 def judged_file(golden_dir: Path, model: str) -> Path:
-    """``<golden>/judged-<model>.yaml`` (the model name made a safe file name)."""
+    """``<golden>/judged-<model>.yaml``: the model name as a file name; when it had to be
+    changed to be one (``a/b``, ``a b``), 8 hex digits of its SHA-256 are added, so two
+    models never share a file."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("._") or "model"
+    if safe != model:
+        safe += "-" + hashlib.sha256(model.encode()).hexdigest()[:8]
     return Path(golden_dir) / f"judged-{safe}.yaml"
+
+
+@dataclass
+class Judged:
+    """A judged file's content: its judge's provenance, the usage over every session, and
+    ``(query id, doc id) -> (grade, source)``."""
+
+    judge: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    grades: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+
+
+def read_judged(path: Path) -> Judged:
+    """A judged file (an empty :class:`Judged` when it does not exist).
+
+    Raises:
+        JudgeError: not UTF-8 YAML, not a judged file, or an entry without a query id, a
+            doc id, a grade 0-3 or a ``judge:`` source (``path: entry N``).
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        return Judged()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise JudgeError(f"{path}: not valid UTF-8 YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("judgements"), list):
+        raise JudgeError(f"{path}: not a judged file (needs a 'judgements:' list)")
+    out = Judged(judge=data.get("judge") if isinstance(data.get("judge"), dict) else {},
+                 usage=data.get("usage") if isinstance(data.get("usage"), dict) else {})
+    for n, j in enumerate(data["judgements"], 1):
+        ok = isinstance(j, dict) and isinstance(j.get("query_id"), str) \
+            and isinstance(j.get("doc"), str) and isinstance(j.get("grade"), int) \
+            and not isinstance(j.get("grade"), bool) and 0 <= j["grade"] <= 3 \
+            and isinstance(j.get("source"), str) and j["source"].startswith("judge:")
+        if not ok:
+            raise JudgeError(f"{path}: entry {n} needs query_id, doc, a grade 0-3 and a "
+                             "judge:<model> source")
+        out.grades[(j["query_id"], j["doc"])] = (j["grade"], j["source"])
+    return out
 
 
 def load_judgements(path: Path) -> dict[tuple[str, str], int]:
     """``(query id, doc id) -> grade`` of a judged file; {} when it does not exist.
 
     Raises:
-        JudgeError: not valid YAML, or not a judged file.
+        JudgeError: as :func:`read_judged`.
     """
+    return {k: g for k, (g, _) in read_judged(path).grades.items()}
+
+
+def _provenance(judge: ChatJudge) -> dict[str, Any]:
+    return {"model": judge.model, "endpoint": judge.shown_endpoint, "prompt": PROMPT_VERSION,
+            "prompt_sha256": prompt_sha256()}
+
+
+def check_same_judge(judged: Judged, judge: ChatJudge, path: Path) -> None:
+    """Refuse to add grades of another model or prompt to a judged file (the same model
+    served at another endpoint is the same judge).
+
+    Raises:
+        JudgeError: naming what differs.
+    """
+    if not judged.judge:
+        return
+    now = _provenance(judge)
+    differ = [k for k in ("model", "prompt_sha256")  # the endpoint may move: same judge
+              if judged.judge.get(k) not in (None, now[k])]
+    if differ:
+        raise JudgeError(f"{path} holds grades of another judge ({', '.join(differ)} differ: "
+                         f"{', '.join(f'{k} {judged.judge.get(k)!r}' for k in differ)}); "
+                         "move it aside or use that judge")
+
+
+def write_judgements(path: Path, judge: ChatJudge, judged: Judged) -> None:
+    """Write ``judged``'s grades with their own sources, the judge's provenance and the usage
+    of every session so far (the file's earlier usage plus this session's), atomically (a
+    temporary file, renamed)."""
     import yaml
 
-    if not Path(path).is_file():
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise JudgeError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("judgements"), list):
-        raise JudgeError(f"{path}: not a judged file (needs a 'judgements:' list)")
-    return {(str(j["query_id"]), str(j["doc"])): int(j["grade"])
-            for j in data["judgements"] if isinstance(j, dict) and j.get("grade") is not None}
-
-
-def write_judgements(path: Path, judge: ChatJudge, grades: dict[tuple[str, str], int]) -> None:
-    """Write every grade with its provenance (atomically: a temporary file, renamed)."""
-    import yaml
-
-    source = f"judge:{judge.model}"
-    data = {"judge": {"model": judge.model, "endpoint": judge.endpoint,
-                      "prompt": PROMPT_VERSION, "prompt_sha256": prompt_sha256()},
-            "usage": judge.usage.as_dict(),
+    usage = dict(judge.usage.as_dict())
+    for key in ("requests", "prompt_tokens", "completion_tokens", "unparsed"):
+        usage[key] += _count(judged.usage.get(key))
+    prior_cost = judged.usage.get("cost")
+    if isinstance(prior_cost, (int, float)) and not isinstance(prior_cost, bool):
+        usage["cost"] = round(usage["cost"] + float(prior_cost), 6)
+    data = {"judge": _provenance(judge), "usage": usage,
             "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "judgements": [{"query_id": q, "doc": d, "grade": g, "source": source}
-                           for (q, d), g in grades.items()]}
+            "judgements": [{"query_id": q, "doc": d, "grade": g, "source": src}
+                           for (q, d), (g, src) in judged.grades.items()]}
     text = ("# Machine relevance judgements (rag golden judge): NOT people's labels; a run\n"
             "# reads them only when asked (rag/golden/judge.py).\n"
             + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
@@ -219,50 +324,71 @@ def write_judgements(path: Path, judge: ChatJudge, grades: dict[tuple[str, str],
     tmp.replace(path)
 
 
-def _passage(corpus_root: Path, doc: str, lines) -> tuple[str, str]:
-    from rag.golden.review import hit_code
+def _passage(corpus_root: Path, doc: str, lines, indexed: frozenset[str]) -> tuple[str, str]:
+    """``(where, text)`` of a unit to send: only a file rag indexes under the corpus root
+    (never a secret, an ignored file or one outside the root).
 
-    code = hit_code(corpus_root, doc, lines=lines, context=0, max_lines=200)
+    Raises:
+        rag.golden.review.ReviewError: the unit is not indexed, unreadable or gone."""
+    from rag.golden.review import ReviewError, hit_code
+
+    code = hit_code(corpus_root, doc, lines=lines, context=0, max_lines=200, indexed=indexed)
+    if code.missing:
+        raise ReviewError(code.note)
     return f"{code.path}:{code.start}-{code.end}", "\n".join(code.lines)
 
 
 # ---------------------------------------------------------------------------- judging a pool
 
 def judge_pool(pool_file: Path, golden_dir: Path, corpus_root: Path, judge: ChatJudge, *,
-               limit: int | None = None, out=sys.stderr) -> tuple[Path, int]:
+               limit: int | None = None, out=None) -> tuple[Path, int]:
     """Grade the pool's pairs that no person judged and the judge has not graded yet (a
-    later run resumes), writing the judged file after every 20 grades and at the end.
+    later run resumes), with each query's text as it is now in the golden files; the judged
+    file is written after every 20 grades and whenever the run stops (an endpoint error,
+    Ctrl-C: nothing graded is lost).
 
     Returns:
         (the judged file, how many pairs were graded now).
+
+    Raises:
+        JudgeError: the judged file holds another judge's grades, or the endpoint fails
+            (after the grades so far are written).
     """
     from rag.golden.pooling import read_pool
-    from rag.golden.review import GoldenEditor, ReviewError, _hit_lines, pending_pairs
+    from rag.golden.review import GoldenEditor, ReviewError, _hit_lines, indexed_paths, pending_pairs
 
+    out = out or sys.stderr
     header, records = read_pool(pool_file)
     editor = GoldenEditor(golden_dir, verify=False)
     path = judged_file(golden_dir, judge.model)
-    grades = load_judgements(path)
+    judged = read_judged(path)
+    check_same_judge(judged, judge, path)
     todo = [p for p in pending_pairs(records, editor, len(header.get("runs", [])))
-            if (p.query_id, p.hit["doc"]) not in grades]
+            if (p.query_id, p.hit["doc"]) not in judged.grades]
     if limit is not None:
         todo = todo[:limit]
+    indexed = indexed_paths(corpus_root)
+    source = f"judge:{judge.model}"
     done = 0
-    for i, p in enumerate(todo, 1):
-        try:
-            where, text = _passage(corpus_root, p.hit["doc"], _hit_lines(p.hit))
-        except ReviewError as exc:
-            print(f"warning: {p.query_id} {p.hit['doc']}: {exc}; not judged", file=out)
-            continue
-        g = judge.grade(p.query, where, text)
-        if g is not None:
-            grades[(p.query_id, p.hit["doc"])] = g
-            done += 1
-        if i % 20 == 0:
-            write_judgements(path, judge, grades)
-            print(f"  judged {i}/{len(todo)} pairs ({judge.usage.prompt_tokens} + "
-                  f"{judge.usage.completion_tokens} tokens)", file=out)
-    write_judgements(path, judge, grades)
+    try:
+        for i, p in enumerate(todo, 1):
+            item, _ = editor.entry(p.query_id, p.origin)
+            query = str(item.get("query") or p.query) if item is not None else p.query
+            try:
+                where, text = _passage(corpus_root, p.hit["doc"], _hit_lines(p.hit), indexed)
+            except ReviewError as exc:
+                print(f"warning: {p.query_id} {p.hit['doc']}: {exc}; not judged", file=out)
+                continue
+            g = judge.grade(query, where, text)
+            if g is not None:
+                judged.grades[(p.query_id, p.hit["doc"])] = (g, source)
+                done += 1
+            if i % 20 == 0:  # the file's usage stays what it was read as: no double count
+                write_judgements(path, judge, judged)
+                print(f"  judged {i}/{len(todo)} pairs", file=out)
+    finally:
+        if done or judge.usage.requests:
+            write_judgements(path, judge, judged)
     return path, done
 
 
@@ -279,28 +405,31 @@ def calibrate(golden_dir: Path, corpus_root: Path, judge: ChatJudge, *,
         ``{"n", "kappa", "agreement", "threshold", "confusion": {"relevant": [c0..c3],
         "not_relevant": [c0..c3]}, "unparsed", "usage"}``: kappa is Cohen's (scikit-learn)
         between people's verdict and ``grade >= threshold``; None when either side has one
-        class only.
+        class only (kappa is then undefined or says nothing).
+
+    Raises:
+        JudgeError: the golden set does not load (its problems, one line).
     """
-    import yaml
     from sklearn.metrics import cohen_kappa_score
 
-    from rag.golden.pooling import label_key
-    from rag.golden.review import ReviewError
+    from rag.eval.golden import GoldenError, load_golden
+    from rag.golden.review import ReviewError, indexed_paths
 
-    data = yaml.safe_load((Path(golden_dir) / "queries.yaml").read_text(encoding="utf-8"))
-    pairs = []
-    for q in data.get("queries") or []:
-        for key, human in (("relevant", 1), ("not_relevant", 0)):
-            for lab in q.get(key) or []:
-                if isinstance(lab, dict) and isinstance(lab.get("path"), str):
-                    pairs.append((q["query"], label_key(lab), human))
+    try:
+        golden = load_golden(Path(golden_dir))
+    except GoldenError as exc:
+        raise JudgeError(f"{golden_dir}: the golden set does not load: "
+                         + "; ".join(exc.problems[:3])) from None
+    pairs = [(q.query, lab.doc_key, human) for q in golden.positives
+             for labels, human in ((q.relevant, 1), (q.not_relevant, 0)) for lab in labels]
     if limit is not None:
         pairs = pairs[:limit]
+    indexed = indexed_paths(corpus_root)
     confusion = {"relevant": [0, 0, 0, 0], "not_relevant": [0, 0, 0, 0]}
     people, machine = [], []
     for query, doc, human in pairs:
         try:
-            where, text = _passage(corpus_root, doc, None)
+            where, text = _passage(corpus_root, doc, None, indexed)
         except ReviewError:
             continue
         g = judge.grade(query, where, text)
@@ -310,8 +439,8 @@ def calibrate(golden_dir: Path, corpus_root: Path, judge: ChatJudge, *,
         people.append(human)
         machine.append(int(g >= threshold))
     kappa = None
-    if len(set(people)) > 1 or len(set(machine)) > 1:
-        kappa = float(cohen_kappa_score(people, machine)) if people else None
+    if len(set(people)) > 1 and len(set(machine)) > 1:
+        kappa = float(cohen_kappa_score(people, machine))
     agreement = (sum(a == b for a, b in zip(people, machine)) / len(people)) if people else None
     return {"n": len(people), "kappa": kappa, "agreement": agreement, "threshold": threshold,
             "confusion": confusion, "unparsed": judge.usage.unparsed,
@@ -416,6 +545,9 @@ def judge_command(args: argparse.Namespace, *, stdout=None) -> int:
     from rag.golden.review import GoldenEditor, ReviewError
 
     stdout = stdout or sys.stdout
+    if not args.timeout > 0:
+        print(f"error: --timeout must be > 0, got {args.timeout:g}", file=sys.stderr)
+        return 2
     judge = ChatJudge(url=args.url, model=args.model, key=os.environ.get(args.key_env) or None,
                       timeout_s=args.timeout,
                       usage=Usage(price_in=args.price_in, price_out=args.price_out))

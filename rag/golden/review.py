@@ -444,6 +444,17 @@ def _write(path: Path, text: str) -> None:
 
 # ---------------------------------------------------------------------------- the hit's code
 
+def indexed_paths(corpus_root: Path) -> frozenset[str]:
+    """The corpus-relative paths rag indexes under ``corpus_root`` (the walker's default
+    rules: ignore files, default excludes, size cap, no secrets, no binaries). Review and the
+    judge read, show, send and label only these: never a path outside the root, a gitignored
+    ``.env``, a key file or a binary a pool file names."""
+    from rag.golden.mining import walk_documents
+
+    return frozenset(walk_documents(Path(corpus_root), max_file_bytes=1_000_000, exclude=None,
+                                    include=None))
+
+
 @dataclass
 class HitCode:
     """The lines of a hit: the unit is ``start``..``end`` (1-based, inclusive; ``total``
@@ -457,6 +468,7 @@ class HitCode:
     total: int
     note: str = ""
     first: int = 0  # 0: the same as start
+    missing: bool = False  # the unit is not in the file now (a symbol gone): no verdict on it
 
     def __post_init__(self) -> None:
         if not self.first:
@@ -464,21 +476,27 @@ class HitCode:
 
 
 def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES,
-             context: int = DEFAULT_CONTEXT, lines: tuple[int, int] | list[int] | None = None
-             ) -> HitCode:
+             context: int = DEFAULT_CONTEXT, lines: tuple[int, int] | list[int] | None = None,
+             indexed: frozenset[str] | None = None) -> HitCode:
     """The code of a hit (``path``, ``path#symbol`` or ``path#L<a>-<b>``) under
     ``corpus_root``: the symbol's lines (the file chunked as the index chunks it), the span,
     or, for a whole-file hit, the chunk's own ``lines`` when the pool knows them (else the
     file from its first line); ``context`` lines above and below, at most ``max_lines`` of
     the unit.
 
+    ``indexed`` (:func:`indexed_paths`): refuse a path rag does not index there.
+
     Raises:
-        ReviewError: the file cannot be read.
+        ReviewError: the path is not indexed (``indexed`` given), the file cannot be read, or
+            the span is not inside it.
     """
     from rag.corpus.chunk import chunk_document, split_lines
     from rag.corpus.walk import Document, categorize
 
     path, symbol, span = split_doc(doc)
+    if indexed is not None and path not in indexed:
+        raise ReviewError(f"{path} is not a file rag indexes under {corpus_root} (outside it, "
+                          "ignored, a secret, binary or too large): never shown nor labelled")
     f = Path(corpus_root) / path
     try:
         data = f.read_bytes()
@@ -487,9 +505,12 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES,
     text = data.decode("utf-8", errors="replace")
     all_lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
     start, end, note = 1, len(all_lines), ""
-    whole = False
+    whole = missing = False
     if span:
-        start, end = span[0], min(span[1], len(all_lines))
+        if not 1 <= span[0] <= span[1] <= len(all_lines):
+            raise ReviewError(f"{doc}: lines {span[0]}-{span[1]} are not inside {path} "
+                              f"({len(all_lines)} lines)")
+        start, end = span
     elif symbol:
         chunks = [c for c in chunk_document(Document(path=path, category=categorize(path),
                                                      text=text, size=len(data)))
@@ -498,7 +519,7 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES,
             start, end = min(c.start_line for c in chunks), max(c.end_line for c in chunks)
         else:
             note = f"symbol {symbol!r} not found in the file now; the whole file is shown"
-            whole = True
+            whole = missing = True
     elif lines:
         start, end = int(lines[0]), min(int(lines[1]), len(all_lines))
         note = "a whole-file unit: the lines of the chunk that was ranked"
@@ -509,7 +530,7 @@ def hit_code(corpus_root: Path, doc: str, *, max_lines: int = DEFAULT_MAX_LINES,
     first = start if whole else max(1, start - context)
     last = shown_end if whole or shown_end < end else min(len(all_lines), end + context)
     return HitCode(path=path, start=start, end=end, lines=all_lines[first - 1:last],
-                   total=total, note=note, first=first)
+                   total=total, note=note, first=first, missing=missing)
 
 
 def query_terms(query: str) -> list[str]:
@@ -932,6 +953,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
               + (f"; {len(gone)} of its queries are no longer in the golden files (discarded "
                  "or removed): left out" if gone else "") + "\n")
     texts: dict[str, str] = {}
+    indexed = indexed_paths(corpus_root) if corpus_root is not None and pairs else None
     for i, pair in enumerate(pairs, 1):
         if editor.judged(pair.query_id, pair.origin, pair.hit["doc"],
                          _hit_lines(pair.hit)) is not None:
@@ -947,7 +969,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
         if corpus_root is not None:
             try:
                 code = hit_code(corpus_root, pair.hit["doc"], max_lines=max_lines,
-                                lines=_hit_lines(pair.hit))
+                                lines=_hit_lines(pair.hit), indexed=indexed)
             except ReviewError as exc:
                 error = str(exc)
             if pair.hit.get("proposed"):
@@ -993,7 +1015,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                     out.write(f"not judged: {why}; skipped\n")
                     summary.skipped += 1
                     break
-            if key in ("y", "n") and (error or (code is not None and code.note)):
+            if key in ("y", "n") and (error or (code is not None and code.missing)):
                 # a hit whose file or symbol is not in the corpus now: a label on it would not
                 # load (rag golden check would report it), so it is not written
                 out.write(f"not judged: {pair.hit['doc']} is not in the corpus as the pool "

@@ -125,3 +125,109 @@ def test_metric_effect_by_hand(setup):
     assert rows["ndcg_at_10"]["people"] == round(1 / math.log2(3), 4)
     assert rows["ndcg_at_10"]["with_judge"] == 1.0
     assert (rows["judged_at_10"]["people"], rows["judged_at_10"]["with_judge"]) == (0.1, 0.2)
+
+
+def test_no_secret_no_outside_file_no_redirect(setup, tmp_path, monkeypatch, capsys):
+    """A pool naming a gitignored .env or a path outside the corpus sends neither; a redirect
+    is an error, never followed with the key; what was graded before a failure is kept."""
+    from http.server import BaseHTTPRequestHandler
+
+    from linkserver import loopback
+
+    tmp, repo, golden, cands = setup
+    (repo / ".env").write_text("AWS_SECRET_ACCESS_KEY=AKIA-SUPER-SECRET\n")
+    (repo / ".gitignore").write_text("build/\n*.log\n.env\n")
+    run = tmp / "evil.trec"
+    run.write_text("sym-auth-callback Q0 .env 1 1 x\nsym-auth-callback Q0 ../../etc/hostname 2 1 x\n"
+                   "sym-auth-callback Q0 src/shop/cart.py 3 1 x\n")
+    pool_file = _pool(tmp, golden, cands, "--run-file", str(run), depth="3")
+    capsys.readouterr()
+    with judge_server({}) as (url, seen):
+        assert judge_command(_args("--golden", str(golden), "--pool", str(pool_file), "--url",
+                                   url, "--model", "m", "--corpus-root", str(repo)),
+                             stdout=io.StringIO()) == 0
+    assert len(seen) == 1 and "src/shop/cart.py" in seen[0]["body"]["messages"][-1]["content"]
+    assert "AKIA" not in json.dumps(seen)
+    assert "not a file rag indexes" in capsys.readouterr().err
+
+    hits = []
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self):
+            hits.append(dict(self.headers))
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:9/v1/chat/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setenv("K", "sk-SECRET")
+    with loopback(Redirect) as base:
+        assert judge_command(_args("--golden", str(golden), "--pool", str(pool_file), "--url",
+                                   f"{base}/v1?api-version=1", "--model", "m2", "--key-env",
+                                   "K", "--corpus-root", str(repo)), stdout=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "HTTP 302" in err and "redirects are not followed" in err
+    assert "api-version" not in err and "sk-SECRET" not in err  # the URL shown without its query
+    assert len(hits) == 1
+
+
+def test_judged_files_keep_their_provenance(tmp_path):
+    from rag.golden.judge import Judged, JudgeError, check_same_judge, read_judged, write_judgements
+
+    assert judged_file(tmp_path, "a b") != judged_file(tmp_path, "a/b")
+    assert judged_file(tmp_path, "gpt-4o").name == "judged-gpt-4o.yaml"
+    judge = ChatJudge(url="http://127.0.0.1:1/v1", model="m")
+    judge.usage.requests, judge.usage.prompt_tokens = 2, 200
+    path = tmp_path / "j.yaml"
+    write_judgements(path, judge, Judged(grades={("q", "a.py"): (2, "judge:old")}))
+    got = read_judged(path)
+    assert got.grades == {("q", "a.py"): (2, "judge:old")}  # each grade keeps its own source
+    # a later session adds its usage to the file's
+    judge2 = ChatJudge(url="http://127.0.0.1:2/v1", model="m")
+    judge2.usage.requests = 3
+    write_judgements(path, judge2, got)
+    assert read_judged(path).usage["requests"] == 5
+    check_same_judge(read_judged(path), judge2, path)  # another endpoint: the same judge
+    with pytest.raises(JudgeError, match="another judge"):
+        check_same_judge(read_judged(path), ChatJudge(url="http://x/v1", model="other"), path)
+    path.write_text("judgements:\n  - {query_id: q, doc: a.py, grade: 7, source: 'judge:m'}\n")
+    with pytest.raises(JudgeError, match="entry 1 needs query_id, doc, a grade 0-3"):
+        read_judged(path)
+
+
+def test_grades_made_before_a_failure_are_kept(setup, capsys):
+    from http.server import BaseHTTPRequestHandler
+
+    from linkserver import loopback
+
+    tmp, repo, golden, cands = setup
+    pool_file = _pool(tmp, golden, cands, "--run-file", str(tmp / "a.trec"), str(tmp / "b.trec"))
+    served = []
+
+    class FailsThird(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            served.append(1)
+            if len(served) >= 3:
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.dumps({"choices": [{"message": {"content": "##final score: 1"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    with loopback(FailsThird) as base:
+        assert judge_command(_args("--golden", str(golden), "--pool", str(pool_file), "--url",
+                                   f"{base}/v1", "--model", "m", "--corpus-root", str(repo)),
+                             stdout=io.StringIO()) == 2
+    assert "HTTP 500" in capsys.readouterr().err
+    assert len(load_judgements(judged_file(golden, "m"))) == 2
