@@ -56,7 +56,7 @@ def clean_subject(subject: str) -> str:
     for pattern in _REFERENCE_PATTERNS:
         text = pattern.sub("", text)
     text = text.replace("`", "")
-    return " ".join(text.split()).rstrip(" .;,:-")
+    return " ".join(text.split()).strip(" .;,:-–—")
 
 
 def conventional_type(subject: str) -> tuple[str | None, str | None]:
@@ -130,7 +130,7 @@ _LINT = re.compile(r"\b(lint|linter|linters|linting|golangci(-lint)?|gofmt|goimp
                    r"go vet|ruff|isort|flake8|pylint|prettier|eslint|rubocop|clippy|rustfmt|"
                    r"clang-format|reformat|reformatted|code style|pre-commit|format code|"
                    r"(run|apply|applied) black|moderniz\w*|mypy|pyright|type (ignore|hints?|"
-                   r"annotations?|checking|checker)|typing (errors?|issues?|fixes))\b", re.I)
+                   r"annotations?)|typing (errors?|issues?|fixes))\b", re.I)
 _TYPO = re.compile(r"\b(typos?|spelling|misspell\w*|grammar)\b", re.I)
 _CI_WORDS = re.compile(r"\b(ci|github actions?|workflows?|travis|appveyor|circleci|codecov|"
                        r"pipelines?)\b", re.I)

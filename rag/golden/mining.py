@@ -438,6 +438,8 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
                         "queries.yaml's corpus: names the candidates' corpus")
     p.add_argument("--corpus", default=None, metavar="NAME",
                    help="the corpus name written as corpus: (default: from --golden, else none)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing candidates file (default: refused)")
     p.add_argument("--max", type=int, default=200, metavar="N",
                    help="at most N candidates (default 200; 0: no limit)")
     p.add_argument("--with-body", action="store_true",
@@ -519,6 +521,9 @@ def mine_command(args: argparse.Namespace) -> int:
         out = output_path(args.source, args.out, args.golden)
         if out.exists() and out.is_dir():
             raise MiningError(f"--out {out}: is a directory")
+        if out.exists() and not getattr(args, "force", False):
+            raise MiningError(f"--out {out}: exists (it may hold review verdicts and "
+                              "discards); give --force to overwrite it, or another --out")
         result = mine(args)
         text = render_candidates(result, corpus=args.corpus or _corpus_of(args.golden))
         out.parent.mkdir(parents=True, exist_ok=True)

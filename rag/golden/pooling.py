@@ -106,9 +106,16 @@ class RunSource:
 
 # ---------------------------------------------------------------------------- labels
 
-def _labels(raw: Any) -> list[dict[str, Any]]:
-    return [lab for lab in raw if isinstance(lab, Mapping) and isinstance(lab.get("path"), str)] \
-        if isinstance(raw, list) else []
+def well_formed_labels(raw: Any) -> list[dict[str, Any]]:
+    """The well-formed labels of a list: a string ``path`` and, when given, ``lines`` of two
+    integers (a malformed label judges nothing; ``rag golden check`` names it)."""
+    def ok(lab: Any) -> bool:
+        if not isinstance(lab, Mapping) or not isinstance(lab.get("path"), str):
+            return False
+        lines = lab.get("lines")
+        return lines is None or (isinstance(lines, list) and len(lines) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in lines))
+    return [lab for lab in raw if ok(lab)] if isinstance(raw, list) else []
 
 
 _SPAN = re.compile(r"^L(\d+)-(\d+)$")
@@ -228,8 +235,8 @@ def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             golden[item["id"]] = PoolQuery(
                 id=item["id"], query=str(item.get("query") or "").strip(), origin=GOLDEN_ORIGIN,
-                source=item.get("source"), relevant=_labels(item.get("relevant")),
-                not_relevant=_labels(item.get("not_relevant")))
+                source=item.get("source"), relevant=well_formed_labels(item.get("relevant")),
+                not_relevant=well_formed_labels(item.get("not_relevant")))
     negatives = set()
     nfile = golden_dir / NEGATIVES_FILE
     if nfile.is_file():
@@ -257,11 +264,15 @@ def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
                 out.append(golden[qid])
             elif f == gfile:  # not a mapping with an id at load: cannot happen (checked above)
                 continue
+            elif kind == "queries":
+                raise PoolError(f"{f}: a queries file other than {gfile}: review can write "
+                                "only into the golden set and candidates files; give its "
+                                "entries as a candidates file (a 'candidates:' list)")
             else:  # a candidate: its relevant labels are proposals, judged in review
                 out.append(PoolQuery(id=qid, query=item["query"].strip(), origin=str(f),
                                      source=item.get("source"),
-                                     not_relevant=_labels(item.get("not_relevant")),
-                                     proposed=_labels(item.get("relevant"))))
+                                     not_relevant=well_formed_labels(item.get("not_relevant")),
+                                     proposed=well_formed_labels(item.get("relevant"))))
     return out
 
 
@@ -520,6 +531,8 @@ def read_pool(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PoolError(f"{path}: cannot read the pool file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise PoolError(f"{path}: not a pool file (not UTF-8 text)") from None
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -530,10 +543,29 @@ def read_pool(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if not rows or not isinstance(rows[0], dict) or rows[0].get("pool") != POOL_VERSION:
         raise PoolError(f"{path}: not a pool file of version {POOL_VERSION} "
                         "(written by rag golden pool)")
+    header = rows[0]
+    runs = header.get("runs", [])
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("id"), str)
+                                             for r in runs):
+        raise PoolError(f"{path}:1: the header's runs must be a list of {{id, label}} objects")
+    for key in ("golden", "corpus", "corpus_root"):
+        if header.get(key) is not None and not isinstance(header[key], str):
+            raise PoolError(f"{path}:1: the header's {key} must be a string or null")
     for n, r in enumerate(rows[1:], 2):
         if not isinstance(r, dict) or not {"query_id", "query", "origin", "hits"} <= set(r):
             raise PoolError(f"{path}:{n}: a query line needs query_id, query, origin and hits")
-    return rows[0], rows[1:]
+        if not all(isinstance(r[k], str) for k in ("query_id", "query", "origin")) \
+                or not isinstance(r["hits"], list):
+            raise PoolError(f"{path}:{n}: query_id, query and origin are strings, hits a list")
+        for h in r["hits"]:
+            cl = h.get("chunk_lines") if isinstance(h, dict) else None
+            if not isinstance(h, dict) or not isinstance(h.get("doc"), str) \
+                    or not isinstance(h.get("path"), str) or not isinstance(h.get("runs", []), list) \
+                    or (cl is not None and not (isinstance(cl, list) and len(cl) == 2 and all(
+                        isinstance(x, int) and not isinstance(x, bool) for x in cl))):
+                raise PoolError(f"{path}:{n}: a hit needs a string doc and path, a list of "
+                                "runs and chunk_lines of two integers or null")
+    return header, rows[1:]
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -601,8 +633,14 @@ def pool_command(args: argparse.Namespace, *, rank: Ranker | None = None) -> int
         out = Path(args.out) if args.out else golden / "pool.jsonl"
         if out.resolve().parent == golden.resolve() and out.name in (QUERIES_FILE, NEGATIVES_FILE):
             raise PoolError(f"--out {out}: the pool file is never a golden file")
+        if out.is_dir():
+            raise PoolError(f"--out {out}: is a directory")
+        if args.depth < 1:
+            raise PoolError(f"--depth must be >= 1, got {args.depth}")
         files = [Path(f) for f in args.queries] if args.queries else [golden / QUERIES_FILE]
         queries = load_pool_queries(golden, files)
+        if not queries:
+            raise PoolError("no query to pool in " + ", ".join(str(f) for f in files))
         corpus = None
         gfile = golden / QUERIES_FILE
         if gfile.is_file():

@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from rag.eval.golden import NEGATIVES_FILE, QUERIES_FILE
-from rag.golden.pooling import GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc
+from rag.golden.pooling import (GOLDEN_ORIGIN, PoolError, judgement, label_key, read_pool, split_doc,
+                                well_formed_labels)
 
 KEYS = {"y": "relevant", "n": "not relevant", "s": "skip", "e": "edit the query text",
         "d": "discard the candidate (its query makes no golden query)",
@@ -289,11 +290,8 @@ class GoldenEditor:
         if item is None:
             return [], []
 
-        def good(raw):
-            return [lab for lab in raw if isinstance(lab, dict) and isinstance(lab.get("path"), str)] \
-                if isinstance(raw, list) else []
-        rel = good(item.get("relevant")) if f is self.queries else []
-        return rel, good(item.get("not_relevant"))
+        rel = well_formed_labels(item.get("relevant")) if f is self.queries else []
+        return rel, well_formed_labels(item.get("not_relevant"))
 
     def is_candidate(self, qid: str, origin: str) -> bool:
         """True while the query is still an entry of its candidates file."""

@@ -33,6 +33,8 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
     from rag.corpus.walk import Document, categorize
 
     f = Path(root) / path
+    if f.is_dir():
+        raise ShowError(f"{f}: is a directory (give a file)")
     if not f.is_file():
         raise ShowError(f"{f}: no such file")
     data = f.read_bytes()
@@ -57,6 +59,11 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
 
 def _relative(file: str, root: str | None) -> tuple[Path, str]:
     """(corpus directory, FILE's corpus-relative POSIX path)."""
+    import os
+
+    def absolute(p: Path) -> Path:  # absolute, a symlink kept as its own name
+        return Path(os.path.abspath(p))
+
     f = Path(file).expanduser()
     if root is not None:
         base = Path(root).expanduser().resolve()
@@ -64,9 +71,9 @@ def _relative(file: str, root: str | None) -> tuple[Path, str]:
             raise ShowError(f"--path {root}: not a directory")
         # relative: to the corpus directory, unless only the current directory holds it
         in_cwd = not f.is_absolute() and (Path.cwd() / f).exists() and not (base / f).exists()
-        full = (f if f.is_absolute() or in_cwd else base / f).resolve()
+        full = absolute(f if f.is_absolute() or in_cwd else base / f)
     else:
-        full = f.resolve()
+        full = absolute(f)
         base = next((d for d in full.parents if (d / ".git").exists()), full.parent)
     try:
         return base, full.relative_to(base).as_posix()
@@ -100,6 +107,12 @@ def show_command(args: argparse.Namespace) -> int:
     except (ShowError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from rag.golden.review import indexed_paths
+
+    got["indexed"] = rel in indexed_paths(root)
+    if not got["indexed"]:
+        print(f"warning: rag does not index {rel} under {root} (ignored, excluded, a secret, "
+              "a symlink, binary or too large): a label on it will not resolve", file=sys.stderr)
     if args.json:
         print(json.dumps(got, indent=2, ensure_ascii=False))
         return 0

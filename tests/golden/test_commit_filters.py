@@ -30,6 +30,8 @@ from test_mining import Repo
     ("Allow header according to RFC 7231 (HTTP 405)", "Allow header according to RFC 7231 (HTTP 405)"),
     ("Escape & in C# identifiers", "Escape & in C# identifiers"),
     ("(#12)", ""), ("fix #2786 (#2796)", ""),  # nothing left: generic, skipped
+    ("Fix #12: handle empty input in parser", "handle empty input in parser"),
+    ("Closes #5 - support unicode paths in walker", "support unicode paths in walker"),
 ])
 def test_clean_subject(subject, query):
     assert clean_subject(subject) == query
@@ -75,6 +77,7 @@ def test_file_kind(path, kind):
     # real changes whose words look like housekeeping
     ("Support locale-aware date formatting", ["src/fmt.py"], None),
     ("Handle whitespace in header values", ["src/headers.py"], None),
+    ("Improve type checking of config values at load", ["src/config.py"], None),
     ("chore(router): match method added to routergroup", ["routergroup.go"], None),
     ("Update the context to copy its Keys", ["context.go"], None),
     ("Document the retry option in the README and read it in the client",
@@ -220,3 +223,40 @@ def test_bundles_and_shallow_clones_are_refused_in_one_line(housekeeping_history
     with pytest.raises(MiningError, match=r"a shallow clone \(2 commits of history\)"):
         mine_git(shallow)
     assert mine_git(shallow, allow_shallow=True).examined == 2
+
+
+def test_odd_file_names_and_message_bytes(tmp_path):
+    """A path git C-quotes (a quote, non-ASCII) and a commit body holding \\x1e and \\x1f
+    are read as they are."""
+    from rag.golden.miners.git import _unquote
+
+    assert _unquote('"src/\\303\\251t\\303\\251.py"') == "src/été.py"
+    assert _unquote('"src/日本 \\"q\\".py"') == 'src/日本 "q".py'
+    r = Repo(tmp_path / "odd")
+    name = 'src/日本 "q".py'
+    r.write(name, "def parse_value(text):\n    return text\n")
+    r.commit("Add the value parser for quoted names")
+    r.edit(name, 2, ["    return text.strip()"])
+    r.commit("Strip blanks around parsed values\n\nbody with \x1e and \x1f bytes")
+    res = mine_git(r.root, max_candidates=None)
+    assert [(x["query"], x["relevant"]) for x in res.candidates][0] == (
+        "Strip blanks around parsed values", [{"path": name, "symbol": "parse_value"}])
+    assert res.skipped["no_indexable_file"] == 0
+
+
+def test_mine_never_overwrites_a_candidates_file_without_force(housekeeping_history, tmp_path, capsys):
+    import argparse
+
+    from rag.golden.mining import add_mine_parser, mine_command
+
+    r, _ = housekeeping_history
+    ap = argparse.ArgumentParser()
+    add_mine_parser(ap.add_subparsers(dest="action"))
+    out = tmp_path / "candidates-git.yaml"
+    argv = ["mine", "--from", "git", "--path", str(r.root), "--out", str(out)]
+    assert mine_command(ap.parse_args(argv)) == 0
+    out.write_text(out.read_text() + "# a reviewer's verdicts live here\n")
+    assert mine_command(ap.parse_args(argv)) == 2
+    assert "exists (it may hold review verdicts" in capsys.readouterr().err
+    assert out.read_text().endswith("# a reviewer's verdicts live here\n")
+    assert mine_command(ap.parse_args([*argv, "--force"])) == 0

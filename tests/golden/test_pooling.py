@@ -693,3 +693,34 @@ def _fresh_cands(tmp_path):
     f = tmp_path / "fresh.yaml"
     f.write_text(CANDIDATES, encoding="utf-8")
     return f
+
+
+def test_pool_and_review_refuse_malformed_input_in_one_line(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    other = tmp_path / "more.yaml"
+    other.write_text("queries:\n  - {id: extra-q, query: where, relevant: [{path: a.py}]}\n")
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
+                                    str(tmp_path / "a.trec"), "--queries", str(other)])
+    assert pool_command(args) == 2
+    assert "a queries file other than" in capsys.readouterr().err
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("candidates: []\n")
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--path", str(repo),
+                                    "--queries", str(empty)])
+    assert pool_command(args, rank=lambda *a, **k: []) == 2
+    assert "no query to pool in" in capsys.readouterr().err
+    args = _parse(add_pool_parser, ["pool", "--golden", str(golden), "--run-file",
+                                    str(tmp_path / "a.trec"), "--out", str(tmp_path), "--depth", "2"])
+    assert pool_command(args) == 2 and "is a directory" in capsys.readouterr().err
+    # a pool file edited into garbage: one line, nothing judged
+    good = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"))
+    lines = good.read_text().splitlines()
+    for bad in ('{"query_id": "q", "query": "x", "origin": "queries.yaml", "hits": 5}',
+                '{"query_id": "q", "query": "x", "origin": "queries.yaml", "hits": [{"doc": 7}]}'):
+        good.write_text("\n".join([lines[0], bad]) + "\n")
+        rc, _ = _review(tmp_path, golden, good, repo, "y\n")
+        assert rc == 2
+        assert f"{good}:2:" in capsys.readouterr().err
+    # a label whose lines are not two integers is left out: it judges nothing, never crashes
+    from rag.golden.pooling import well_formed_labels
+    assert well_formed_labels([{"path": "a.py", "lines": ["a", 2]}, {"path": "b.py"}]) == [{"path": "b.py"}]

@@ -41,3 +41,14 @@ def test_show_errors(tmp_path, capsys):
     assert "a binary file" in capsys.readouterr().err
     assert show_command(_args(str(tmp_path / "elsewhere.py"), "--path", str(repo))) == 2
     assert "not under the corpus directory" in capsys.readouterr().err
+
+
+def test_show_warns_on_a_file_rag_does_not_index(tmp_path, capsys):
+    repo = write_tree(tmp_path / "repo", {**FIXTURE_FILES, ".gitignore": "build/\n*.log\n.env\n",
+                                          ".env": "TOKEN=x\n"})
+    assert show_command(_args(".env", "--path", str(repo))) == 0
+    assert "warning: rag does not index .env" in capsys.readouterr().err
+    assert show_command(_args("src", "--path", str(repo))) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert show_command(_args("src/shop/cart.py", "--path", str(repo))) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -34,15 +34,33 @@ _DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-def _unquote(name: str) -> str:
-    """A path as git prints it in diff headers (C-quoted when it holds odd characters)."""
-    name = name.rstrip("\t")
-    if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
-        import codecs
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
-        raw = codecs.escape_decode(name[1:-1].encode("latin-1", "backslashreplace"))[0]
-        return raw.decode("utf-8", "replace")
-    return name
+
+def _unquote(name: str) -> str:
+    """A path as git prints it in diff headers: C-quoted (``"a \\"b\\".py"``, octal bytes
+    ``\\303\\251``) when it holds a quote, a backslash, a control character or, without
+    ``core.quotePath=false``, a non-ASCII byte; its UTF-8 characters kept as they are."""
+    name = name.rstrip("\t")
+    if not (len(name) >= 2 and name[0] == '"' and name[-1] == '"'):
+        return name
+    body, out, i = name[1:-1], bytearray(), 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            octal = body[i + 1:i + 4]
+            if len(octal) == 3 and all(ch in "01234567" for ch in octal):
+                out.append(int(octal, 8))
+                i += 4
+                continue
+            if nxt in _C_ESCAPES:
+                out.append(_C_ESCAPES[nxt])
+                i += 2
+                continue
+        out.extend(c.encode("utf-8", "surrogateescape"))
+        i += 1
+    return out.decode("utf-8", "replace")
 
 
 @dataclass
@@ -112,14 +130,16 @@ def map_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int | None:
 
 
 def _commits(top: Path, at: str, pathspec: list[str]) -> Iterable[dict[str, Any]]:
-    fmt = "%H%x1f%P%x1f%aI%x1f%s%x1f%b%x1e"
-    out = run_git(top, "log", f"--format={fmt}", at, "--", *pathspec)
-    for rec in out.split("\x1e"):
-        rec = rec.lstrip("\n")
-        if not rec:
-            continue
-        sha, parents, date, subject, body = (rec.split("\x1f") + [""] * 5)[:5]
-        yield {"sha": sha, "parents": parents.split(), "date": date, "subject": subject.strip(),
+    """Each commit reachable from ``at`` (newest first): sha, parents, date, subject, body.
+    Fields are NUL-separated and commits NUL-terminated (``-z``): a message can hold any
+    other byte (git refuses NUL in one), so every field lands where it belongs."""
+    out = run_git(top, "log", "-z", "--format=%H %P%x00%aI%x00%s%x00%b%x00", at, "--",
+                  *pathspec)
+    fields = out.split("\x00")
+    for i in range(0, len(fields) - 4, 5):
+        ids, date, subject, body = fields[i:i + 4]
+        sha, *parents = ids.split()
+        yield {"sha": sha, "parents": parents, "date": date, "subject": subject.strip(),
                "body": body.strip()}
 
 
