@@ -238,14 +238,23 @@ class GoldenEditor:
         f = self.files[path] = _YamlFile(path, y, data, text)
         return f
 
-    def _load_problem(self) -> str | None:
+    def _problems(self) -> list[str]:
+        """What stops the golden set loading now (``load_golden``'s problems, each without
+        its ``file:line`` prefix, since a write moves lines); [] when it loads."""
+        import re as _re
+
         from rag.eval.golden import GoldenError, load_golden
 
         try:
             load_golden(self.dir)
         except GoldenError as exc:
-            return "; ".join(exc.problems)
-        return None
+            return [_re.sub(r"^[^:]*:\d+:\s*", "", p) for p in exc.problems]
+        return []
+
+    def _load_problem(self) -> str | None:
+        probs = self._problems()
+        self.known_problems = set(probs)
+        return "; ".join(probs) if probs else None
 
     def _save(self, f: _YamlFile) -> None:
         buf = io.StringIO()
@@ -253,13 +262,16 @@ class GoldenEditor:
         old, new = f.text, buf.getvalue()
         _write(f.path, new)
         f.text = new
-        if self.verify and self.load_problem is None and f.path == self.queries.path:
-            problem = self._load_problem()
-            if problem is not None:
+        if self.verify and f.path == self.queries.path:
+            # a set that loaded must still load; one that did not may gain no new problem
+            new_problems = [p for p in self._problems()
+                            if p not in getattr(self, "known_problems", set())]
+            if new_problems:
                 _write(f.path, old)
                 f.text, f.data = old, f.yaml.load(old)
-                raise ReviewError(f"the write was undone: the golden set would no longer load "
-                                  f"with rag.eval.golden.load_golden: {problem}")
+                raise ReviewError("the write was undone: it would add to what stops the golden "
+                                  "set loading (rag.eval.golden.load_golden): "
+                                  + "; ".join(new_problems))
 
     # -- lookups
 
@@ -320,6 +332,12 @@ class GoldenEditor:
             label["source"] = source
         if isinstance(item.get(key), list) and len(item[key]):
             seq = item[key]
+            if getattr(getattr(seq, "anchor", None), "value", None):
+                # an anchored list (&shared) other queries alias: this query gets its own
+                # copy, so a judgement lands in this query alone
+                seq = copy.deepcopy(seq)
+                seq.anchor.value = None
+                item[key] = seq
 
             def change():
                 if doc == path:  # a whole-file label replaces the narrower ones of its path
@@ -932,7 +950,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
     editor = GoldenEditor(golden_dir, verify=verify)
     if editor.load_problem:
         out.write(f"warning: the golden set does not load now ({editor.load_problem}); "
-                  "judgements are written but not checked\n")
+                  "a judgement that would add a problem is undone\n")
     if header.get("golden") and Path(header["golden"]).resolve() != Path(golden_dir).resolve():
         out.write(f"warning: the pool was made for {header['golden']}, not {golden_dir}\n")
     labelled = _golden_corpus(Path(golden_dir))

@@ -724,3 +724,32 @@ def test_pool_and_review_refuse_malformed_input_in_one_line(setup, capsys):
     # a label whose lines are not two integers is left out: it judges nothing, never crashes
     from rag.golden.pooling import well_formed_labels
     assert well_formed_labels([{"path": "a.py", "lines": ["a", 2]}, {"path": "b.py"}]) == [{"path": "b.py"}]
+
+
+def test_a_judgement_lands_in_one_query_and_never_adds_a_problem(tmp_path):
+    """An anchored list two queries share (&shared / *shared) is unshared before a label is
+    appended; a set that does not load may still take judgements that add no new problem."""
+    repo = write_tree(tmp_path / "repo", FIXTURE_FILES)
+    golden = write_tree(tmp_path / "g", {"negatives.yaml": FIXTURE_NEGATIVES, "queries.yaml": (
+        "corpus: shop\nqueries:\n"
+        "  - id: qa\n    query: a\n    relevant: &shared\n      - path: src/shop/cart.py\n"
+        "  - id: qb\n    query: b\n    relevant: *shared\n")})
+    ed = GoldenEditor(golden)
+    ed.judge("qb", "queries.yaml", "src/shop/payments.py#refund_order", relevant=True)
+    g = load_golden(golden)
+    by = {q.id: [lab.doc_key for lab in q.relevant] for q in g.positives}
+    assert by == {"qa": ["src/shop/cart.py"],
+                  "qb": ["src/shop/cart.py", "src/shop/payments.py#refund_order"]}
+    # a set with a problem already (an unknown key): a judgement adding none is written, one
+    # adding another (cart.py both relevant and not relevant) is undone
+    text = (golden / "queries.yaml").read_text() + "  - id: qc\n    query: c\n    oops: 1\n" \
+        "    relevant:\n      - path: docs/guide.md\n"
+    (golden / "queries.yaml").write_text(text)
+    ed = GoldenEditor(golden)
+    assert ed.load_problem and "unknown key(s) ['oops']" in ed.load_problem
+    ed.judge("qc", "queries.yaml", "src/shop/cart.py", relevant=False)
+    assert "not_relevant" in (golden / "queries.yaml").read_text()
+    before = (golden / "queries.yaml").read_text()
+    with pytest.raises(Exception, match="the write was undone"):
+        ed.judge("qc", "queries.yaml", "src/shop/cart.py", relevant=True)
+    assert (golden / "queries.yaml").read_text() == before
