@@ -700,6 +700,11 @@ def golden_stats(golden, per_query=None, *, run_id: str | None = None,
         # by kind: "mined:git <sha>" counts under mined:git
         "by_source": dict(sorted(Counter(str(getattr(q, "source", None) or "hand").split(" ", 1)[0]
                                          for q in golden.positives).items())),
+        # each judgement's own source (rag golden review writes it): labelled by hand when
+        # it says nothing; by kind, as above
+        "labels_by_source": dict(sorted(Counter(
+            str(lab.source or "unmarked").split(" ", 1)[0]
+            for q in golden.positives for lab in (*q.relevant, *q.not_relevant)).items())),
         "several_labels": sum(n for k, n in by_labels.items() if k > 1),
         "labels_per_query": {str(k): by_labels[k] for k in sorted(by_labels)},
         "graded_labels": sum(1 for lab in labels if lab.grade > 1),
@@ -730,7 +735,8 @@ def render_stats(st: dict[str, Any]) -> list[str]:
              f"  label units: {kv(st['by_unit'])}"
              + (f"; graded > 1: {st['graded_labels']}" if st["graded_labels"] else "")
              + (f"; not_relevant: {st['not_relevant_labels']}" if st["not_relevant_labels"] else ""),
-             f"  by source:   {kv(st['by_source'])}",
+             f"  by source:   {kv(st['by_source'])} (queries); labels (relevant and "
+             f"not_relevant): {kv(st.get('labels_by_source', {}))}",
              f"  several labels: {st['several_labels']} queries (labels per query: "
              f"{kv(st['labels_per_query'])})",
              f"  negatives by tag: {kv(st['negatives_by_tag'])}"]

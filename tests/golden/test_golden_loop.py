@@ -88,4 +88,7 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
     assert main(["golden", "stats", "--golden", str(golden),
                  "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"]) == 0
     out = capsys.readouterr().out
-    assert "(corpus shop): 2 queries, 2 labels" in out and "mined:git 1" in out
+    assert "(corpus shop): 2 queries, 2 labels" in out
+    # queries by their source, and each label by its own: the accepted proposal is mined:git
+    assert "by source:   hand 1, mined:git 1 (queries); labels (relevant and not_relevant): " \
+           "mined:git 1, unmarked 1" in out
