@@ -507,8 +507,8 @@ def prepare(cfg: DictConfig, *, root: Path, golden_dir: Path, dataset_tags: dict
                                 "and the labels' corpus: together), e.g. dataset.name="
                                 f"{cfg.corpus.name}" if dataset_tags else None))
     embedder = stages.embedder(cfg)
-    # progress bars only on a terminal: `python -m rag.run 2> file` writes no bar frames
-    index = stages.index(cfg, root, embedder, progress=sys.stderr.isatty())
+    # a bar on a terminal; `python -m rag.run 2> file` gets a line every 10 s, never frames
+    index = stages.index(cfg, root, embedder, progress=True)
     from rag.core.trace_links import resolve_source
 
     # the commit and URL template of the traces' links, resolved once (rag/core/trace_links.py)
@@ -560,7 +560,7 @@ def evaluate_row(cfg: DictConfig, prepared: Prepared, retriever: Any, *, timing:
                       count_tokens=embedder.count_tokens,
                       ties=str(getattr(cfg.eval.ties, "value", cfg.eval.ties)),
                       min_overlap=float(cfg.eval.min_overlap),
-                      progress=sys.stderr.isatty(), trace_n=int(cfg.links.top_n),
+                      progress=True, trace_n=int(cfg.links.top_n),
                       hit_url=run_links(source, github_export=bool(cfg.corpus.github_export)))
     metrics = dict(result.metrics)
     # --- ANN recall (dense.index=hnsw|ivf, rag/index/ann.py): the ANN's top-10 chunk ids

@@ -226,7 +226,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                     raise RunError(str(exc)) from exc
                 return cfg, None, {"refused": str(exc)}
         root = corpus_root(cfg)
-        index = STAGES.index(cfg, root, embedder, progress=sys.stderr.isatty(), with_dense=True)
+        # a bar on a terminal, a line every 10 s otherwise (rag/core/progress.py)
+        index = STAGES.index(cfg, root, embedder, progress=True, with_dense=True)
         from rag.core.trace_links import resolve_source
 
         # the commit its hits' links are pinned to, resolved once for this build

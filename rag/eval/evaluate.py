@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Sequence
 
-from tqdm.auto import tqdm
+from rag.core.progress import progress_iter
 
 from rag.eval.abstention import calibrate_abstention
 from rag.eval.attribution import row_columns, stage_metrics, trace_result
@@ -337,9 +337,10 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
                      else ()) for kind, q in items]
     if hasattr(retriever, "prefetch"):  # e.g. an HTTP retriever answering concurrently
         retriever.prefetch(queries, depth=depth)
-    # disable=None: tqdm shows the bar only on a terminal (never frames in a redirected stderr)
-    for (kind, q), query in tqdm(list(zip(items, queries)), desc="evaluating", unit="query",
-                                 disable=None if progress else True):
+    # a bar on a terminal, a line every 10 s in a log (never a bar's frames in a file)
+    pairs = list(zip(items, queries))
+    for (kind, q), query in progress_iter(pairs, total=len(pairs), desc="evaluating",
+                                          unit="query", enabled=progress):
         types = query.types
         res = retriever.retrieve(query, depth=depth)
         if types and category is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+from rag.core.progress import progress_iter
 
 from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunk_document, split_lines
 from rag.corpus.languages import language_stats
@@ -144,7 +144,7 @@ def build_index(root: Path, *, embedder: Embedder | None, cache_dir: Path | None
         walk: further :func:`rag.corpus.walk.walk_corpus` keyword arguments (``exclude``,
             ``include``, ``index_secrets``; see :func:`rag.corpus.walk.walk_settings`); part
             of the chunk store's key.
-        progress: show tqdm progress bars.
+        progress: show progress (a bar on a terminal, a line every 10 s in a log).
         max_seq_by_category: word pieces embedded per chunk of these categories (others:
             the embedder's ``max_seq_length``); each length has its own embedding cache
             (:class:`rag.index.dense.TruncatedEmbedder`).
@@ -272,7 +272,8 @@ def _chunk_corpus(*, root: Path, walk_kw: dict[str, Any], extra_docs: list[Docum
     before = store.previous_build(spath) if chunk_store is not None else None
     chunks = []
     rechunked = 0
-    for doc in tqdm(docs, desc="chunking", unit="file", disable=not progress):
+    for doc in progress_iter(docs, total=len(docs), desc="chunking", unit="file",
+                             enabled=progress):
         if before is not None and before[0].get(doc.path) == shas[doc.path]:
             chunks.extend(before[1].get(doc.path, []))  # unchanged: its chunks as they were
             continue

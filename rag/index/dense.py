@@ -334,9 +334,10 @@ def embed_with_cache(embedder: Embedder, texts: Sequence[str], hashes: Sequence[
             missing_idx[h] = i
     todo = list(missing_idx.items())
     tokens = 0
-    from tqdm.auto import tqdm
+    from rag.core.progress import progress_bar
 
-    bar = tqdm(total=len(todo), desc="embedding", unit="chunk", disable=not progress or not todo)
+    # a bar on a terminal, a line every 10 s in a log (rag/core/progress.py)
+    bar = progress_bar(len(todo), desc="embedding", unit="chunk", enabled=progress)
     for start in range(0, len(todo), batch):
         part = todo[start:start + batch]
         part_texts = [texts[i] for _, i in part]
