@@ -133,6 +133,18 @@ def minimum_detectable_effect(sd_diff: float, n: int, *, alpha: float = ALPHA,
     return float((student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)) * sd_diff / np.sqrt(n))
 
 
+def effect_text(v: float | None, digits: int = 3) -> str:
+    """A minimum detectable effect as reports print it: ``digits`` decimals; ``n/a`` when it
+    is no effect a metric in [0, 1] could show — missing, not finite (too few pairs, no
+    spread), larger than 1, or MLflow's stand-in for infinity (it stores ``inf`` as the
+    largest float, 1.8e308, which once printed as a 309-digit number)."""
+    import math
+
+    if v is None or not math.isfinite(v) or abs(v) > 1:
+        return "n/a"
+    return f"{v:.{digits}f}"
+
+
 @dataclass(frozen=True)
 class PairedComparison(PairedTest):
     """A :class:`PairedTest` with the power of the same pairs.

@@ -297,9 +297,10 @@ def summarize(diffs: list[QueryDiff], *, run_a: str, run_b: str, top: int = 10,
 
 
 def _effect(v: float | None) -> str:
-    """A minimum detectable effect: 4 decimals, ``n/a`` when the pairs cannot size one (too
-    few, or an effect larger than any metric in [0, 1] could move)."""
-    return f"{v:.4f}" if v is not None and math.isfinite(v) and abs(v) <= 1 else "n/a"
+    """A minimum detectable effect, 4 decimals (rag.eval.significance.effect_text)."""
+    from rag.eval.significance import effect_text
+
+    return effect_text(v, 4)
 
 
 def _rank_cell(r: int | None) -> str:

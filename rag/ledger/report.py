@@ -328,6 +328,7 @@ def render_power(srows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
     """The sweep's statistical power: the minimum detectable effect (paired, α 0.05, power
     0.8) on MRR and Recall@8 of each job against the baseline, and a flag when the largest
     exceeds ``sweep.min_effect`` (default 0.05): the sweep could not have seen such an effect."""
+    from rag.eval.significance import effect_text
     from rag.ledger.metric_groups import baseline_values
 
     sig = {r.run_id: baseline_values(r.metrics) for r in srows}
@@ -337,12 +338,16 @@ def render_power(srows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
     n = int(sig[jobs[0].run_id].get("paired_queries", 0))
     min_effect = float((base or jobs[0]).params.get("sweep.min_effect", DEFAULT_MIN_EFFECT))
     worst = {m: max(sig[r.run_id].get(f"{m}_mde", 0.0) for r in jobs) for m in ("mrr", "recall_at_8")}
-    per_job = "; ".join(f"{r.tags.get('sweep_job', r.run_id[:8])}: MRR {sig[r.run_id]['mrr_mde']:.3f}, "
-                        f"Recall@8 {sig[r.run_id].get('recall_at_8_mde', float('nan')):.3f}"
+    per_job = "; ".join(f"{r.tags.get('sweep_job', r.run_id[:8])}: MRR "
+                        f"{effect_text(sig[r.run_id]['mrr_mde'])}, Recall@8 "
+                        f"{effect_text(sig[r.run_id].get('recall_at_8_mde'))}"
                         for r in jobs)
     out = [f"Minimum detectable effect (paired test on {n} positives, α 0.05, power 0.8, from "
            f"each job's per-query differences): {per_job}."]
-    if worst["mrr"] > min_effect:
+    if effect_text(worst["mrr"]) == "n/a":
+        out += ["", f"**Power unknown:** with {n} paired positives no minimum detectable effect "
+                "could be sized (too few pairs, or no spread in the per-query differences)."]
+    elif worst["mrr"] > min_effect:
         ref = f"`rag golden power --run {base.run_id[:8]} --effect {min_effect:g}`" if base else \
             "`rag golden power --run <baseline row> --effect 0.05`"
         out += ["", f"**Underpowered:** with {n} positives this sweep could miss a true ΔMRR as "

@@ -113,3 +113,12 @@ def test_compare_paired_is_the_randomization_test_plus_the_mde_of_the_same_pairs
     n = len(d)
     by_hand = (student_t.ppf(0.975, n - 1) + student_t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
     assert c.sd_diff == pytest.approx(sd) and c.mde == pytest.approx(by_hand)
+
+
+def test_effect_text_never_prints_an_absurd_effect():
+    from rag.eval.significance import effect_text
+
+    assert effect_text(0.04321) == "0.043" and effect_text(0.04321, 4) == "0.0432"
+    # MLflow stores inf as the largest float: it printed as a 309-digit number
+    for v in (float("inf"), float("nan"), 1.7976931348623157e308, 1.5, None):
+        assert effect_text(v) == "n/a"
