@@ -73,6 +73,10 @@ class GateOptions:
         per_tag: also gate every metric on each tag's queries.
         tags: with ``per_tag``, only these tags (empty: every tag of the golden set).
         n_resamples, seed: of the randomization test and bootstrap (the sweep's values).
+        severe_drop: a query whose reciprocal rank falls by at least this much (baseline RR
+            minus candidate RR; 0.9: rank 1 to beyond rank 10, or lost) is a severe drop.
+        max_severe_drops: more severe drops than this fail the gate, by name, whatever the
+            means say (the per-query guard; negative: off).
     """
 
     metrics: tuple[str, ...] = flagged("gated")
@@ -83,6 +87,8 @@ class GateOptions:
     tags: tuple[str, ...] = ()
     n_resamples: int = 10_000
     seed: int = 0
+    severe_drop: float = 0.9
+    max_severe_drops: int = 0
 
     def margin_for(self, metric: str) -> float:
         """The margin of ``metric`` (a ``tag.<tag>.<m>`` name takes ``m``'s)."""
@@ -438,6 +444,15 @@ class GateResult:
     lost_at_baseline: dict[str, int] | None = None
     lost_at_candidate: dict[str, int] | None = None
     changed: list[dict[str, Any]] = field(default_factory=list)
+    # the per-query guard: {query_id, rr_baseline, rr_candidate} of each severe drop; None
+    # when it could not run (no per-query reciprocal ranks on a side)
+    severe_drops: list[dict[str, Any]] | None = None
+
+    @property
+    def guard_failed(self) -> bool:
+        """More severe drops than ``options.max_severe_drops`` (when the guard is on)."""
+        return (self.severe_drops is not None and self.options.max_severe_drops >= 0
+                and len(self.severe_drops) > self.options.max_severe_drops)
 
     @property
     def regressions(self) -> list[Check]:
@@ -449,11 +464,11 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.regressions else EXIT_PASS
+        return EXIT_REGRESSION if self.regressions or self.guard_failed else EXIT_PASS
 
     @property
     def verdict(self) -> str:
-        return "regression" if self.regressions else "pass"
+        return "regression" if self.regressions or self.guard_failed else "pass"
 
     @property
     def test(self) -> str:
@@ -471,6 +486,7 @@ class GateResult:
                 "improvements": [c.metric for c in self.improvements],
                 "lost_at": {"baseline": self.lost_at_baseline,
                             "candidate": self.lost_at_candidate},
+                "severe_drops": self.severe_drops, "guard_failed": self.guard_failed,
                 "changed_queries": self.changed, "notes": self.notes}
 
 
@@ -513,7 +529,23 @@ def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> Gat
                 for d in diff_per_query(base.per_query, cand.per_query) if d.changed]
     result.lost_at_baseline = _stage_counts(base, ids)
     result.lost_at_candidate = _stage_counts(cand, ids)
+    result.severe_drops = severe_drops(base, cand, options.severe_drop)
     return result
+
+
+def severe_drops(base: Side, cand: Side, drop: float) -> list[dict[str, Any]] | None:
+    """The queries both sides rank whose reciprocal rank (per-query ``mrr``) falls by at
+    least ``drop`` from baseline to candidate, worst first; None when a side has no
+    per-query reciprocal ranks (an expectation pinned without them)."""
+    if base.per_query is None or cand.per_query is None:
+        return None
+    a, b = per_query_values(base.per_query, "mrr"), per_query_values(cand.per_query, "mrr")
+    if a is None or b is None:
+        return None
+    ids = a.index.intersection(b.index)
+    out = [{"query_id": str(q), "rr_baseline": float(a[q]), "rr_candidate": float(b[q])}
+           for q in ids if float(a[q]) - float(b[q]) >= drop - 1e-12]
+    return sorted(out, key=lambda d: (d["rr_candidate"] - d["rr_baseline"], d["query_id"]))
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -548,7 +580,14 @@ def render_markdown(result: GateResult) -> str:
     if r.improvements:
         lines.append("Improvements: " + ", ".join(
             f"`{c.metric}` {c.delta:+.4f}" for c in r.improvements))
-    if r.regressions or r.improvements:
+    if r.guard_failed:
+        lines.append(f"Severe drops: {len(r.severe_drops)} queries lost their reciprocal rank "
+                     f"by >= {r.options.severe_drop:g} (at most {r.options.max_severe_drops} "
+                     "allowed): " + ", ".join(
+                         f"`{d['query_id']}` {d['rr_baseline']:.3f} -> {d['rr_candidate']:.3f}"
+                         for d in r.severe_drops[:10])
+                     + (", …" if len(r.severe_drops) > 10 else ""))
+    if r.regressions or r.improvements or r.guard_failed:
         lines.append("")
     lines += ["| check | baseline | candidate | Δ | margin | p | p (Holm) | 95% CI of Δ | n | verdict |",
               "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
@@ -602,10 +641,12 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         root.set("tests", "1"); root.set("failures", "0"); root.set("errors", "1")  # noqa: E702
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
     r = result
-    fails = len(r.regressions)
+    guard = r.severe_drops is not None and r.options.max_severe_drops >= 0
+    fails = len(r.regressions) + int(r.guard_failed)
+    n_tests = len(r.checks) + int(guard)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
-                          tests=str(len(r.checks)), failures=str(fails), errors="0", skipped="0")
+                          tests=str(n_tests), failures=str(fails), errors="0", skipped="0")
     props = ET.SubElement(suite, "properties")
     for k, v in (("baseline", r.baseline.ref), ("candidate", r.candidate.ref),
                  ("corpus", r.candidate.corpus or ""), ("test", r.test),
@@ -619,7 +660,16 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         if c.verdict == REGRESSION:
             ET.SubElement(case, "failure", message=detail, type=REGRESSION).text = detail
         ET.SubElement(case, "system-out").text = detail
-    root.set("tests", str(len(r.checks))); root.set("failures", str(fails)); root.set("errors", "0")  # noqa: E702
+    if guard:  # the per-query guard: its own test case
+        case = ET.SubElement(suite, "testcase", classname="rag.gate", name="severe_drops", time="0")
+        detail = (f"{len(r.severe_drops)} queries lost >= {r.options.severe_drop:g} of their "
+                  f"reciprocal rank (at most {r.options.max_severe_drops} allowed)"
+                  + (": " + ", ".join(d["query_id"] for d in r.severe_drops)
+                     if r.severe_drops else ""))
+        if r.guard_failed:
+            ET.SubElement(case, "failure", message=detail, type="severe_drops").text = detail
+        ET.SubElement(case, "system-out").text = detail
+    root.set("tests", str(n_tests)); root.set("failures", str(fails)); root.set("errors", "0")  # noqa: E702
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
@@ -663,6 +713,12 @@ def add_parser(sub: Any) -> None:
                    help="also gate every metric on each tag's queries (one Holm family)")
     p.add_argument("--tags", default=None, metavar="T[,T...]",
                    help="with --per-tag: only these tags (implies --per-tag)")
+    p.add_argument("--severe-drop", type=float, default=d.severe_drop, metavar="X",
+                   help="a query whose reciprocal rank falls by at least X is a severe drop "
+                        f"(default {d.severe_drop:g}: rank 1 to beyond rank 10, or lost)")
+    p.add_argument("--max-severe-drops", type=int, default=d.max_severe_drops, metavar="N",
+                   help="fail when more than N queries drop severely, whatever the means say "
+                        f"(default {d.max_severe_drops}; -1: no per-query guard)")
     p.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the markdown summary here (default: print it)")
@@ -712,8 +768,13 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
     if not (0 < args.alpha < 1):
         raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
     tags = tuple(dict.fromkeys(t.strip() for t in (args.tags or "").split(",") if t.strip()))
+    drop = getattr(args, "severe_drop", d.severe_drop)
+    if not (math.isfinite(drop) and 0 < drop <= 1):
+        raise GateError(f"--severe-drop must be in (0, 1], got {drop}")
     return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
-                       alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags)
+                       alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags,
+                       severe_drop=drop,
+                       max_severe_drops=getattr(args, "max_severe_drops", d.max_severe_drops))
 
 
 # the keys a fresh run's command line gets from the gate itself (where and under which name

@@ -21,7 +21,7 @@ import pytest
 from rag.app.gate import (DROP_NOT_SIGNIFICANT, EXIT_CANNOT_COMPARE, EXIT_PASS, EXIT_REGRESSION,
                       IMPROVEMENT, REGRESSION, RISE_NOT_SIGNIFICANT, WITHIN_MARGIN, Check,
                       GateError, GateOptions, Side, compare, judge, merge_overrides,
-                      per_query_values)
+                      per_query_values, render_junit, render_markdown)
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURE = PROJECT / "tests" / "fixtures" / "gate"
@@ -168,13 +168,24 @@ def test_per_tag_catches_a_drop_the_headline_hides():
     tags = ["prose"] * 8 + ["symbol"] * 8
     base = table(16, tags, mrr=[1.0] * 8 + [0.5] * 8)
     cand = table(16, tags, mrr=[0.0] * 8 + [1.0] * 8)  # prose -1 each, symbol +0.5 each
-    opts = GateOptions(metrics=("mrr",))
+    opts = GateOptions(metrics=("mrr",), max_severe_drops=-1)  # the per-query guard off here
     head = compare(side(base, "row a"), side(cand), opts)
     d = [-1.0] * 8 + [0.5] * 8
     assert head.checks[0].delta == pytest.approx(-0.25) and exact_p(d) > 0.1
     assert close_to_exact(head.checks[0].p, d)
     assert head.exit_code == EXIT_PASS and head.checks[0].verdict == DROP_NOT_SIGNIFICANT
-    tagged = compare(side(base, "row a"), side(cand), GateOptions(metrics=("mrr",), per_tag=True))
+    # with it (the default): the 8 prose queries that went from rank 1 to lost fail the gate
+    # by name, though the mean's drop is not significant
+    guarded = compare(side(base, "row a"), side(cand), GateOptions(metrics=("mrr",)))
+    assert guarded.exit_code == EXIT_REGRESSION and guarded.guard_failed
+    assert [d["query_id"] for d in guarded.severe_drops] == [f"q{i}" for i in range(8)]
+    assert "Severe drops: 8 queries" in render_markdown(guarded)
+    assert 'name="severe_drops"' in render_junit(guarded) and "<failure" in render_junit(guarded)
+    # 7 allowed: still fails; 8 allowed: passes; a drop of 0.5 (symbol 1 -> 0.5) is none
+    assert compare(side(base, "row a"), side(cand),
+                   GateOptions(metrics=("mrr",), max_severe_drops=8)).exit_code == EXIT_PASS
+    tagged = compare(side(base, "row a"), side(cand),
+                     GateOptions(metrics=("mrr",), per_tag=True, max_severe_drops=-1))
     c = {x.metric: x for x in tagged.checks}
     assert list(c) == ["mrr", "tag.prose.mrr", "tag.symbol.mrr"]
     assert (c["tag.prose.mrr"].n, c["tag.prose.mrr"].delta) == (8, -1.0)
@@ -184,7 +195,8 @@ def test_per_tag_catches_a_drop_the_headline_hides():
     assert (c["tag.prose.mrr"].verdict, c["tag.symbol.mrr"].verdict) == (REGRESSION, IMPROVEMENT)
     assert tagged.exit_code == EXIT_REGRESSION
     only = compare(side(base, "row a"), side(cand),
-                   GateOptions(metrics=("mrr",), per_tag=True, tags=("symbol",)))
+                   GateOptions(metrics=("mrr",), per_tag=True, tags=("symbol",),
+                               max_severe_drops=-1))
     assert [x.metric for x in only.checks] == ["mrr", "tag.symbol.mrr"] and only.exit_code == 0
     with pytest.raises(GateError, match="no positive query has tag"):
         compare(side(base, "row a"), side(cand),
@@ -296,8 +308,9 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
                                     tmp_path)
     assert code == EXIT_PASS and err == []
     assert out.startswith("rag gate: pass (0 regression(s), 0 improvement(s)); summary in ")
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "0", "0")
-    assert cases(root) == [(m, False, False) for m in GateOptions().metrics]
+    # 4 metric checks and the per-query guard
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "0", "0")
+    assert cases(root) == [(m, False, False) for m in (*GateOptions().metrics, "severe_drops")]
     assert md.startswith("## rag gate: PASS\n")
     assert f"- baseline: row {ids['base'][:8]} (corpus shop, golden set g1)" in md
     assert md.count("| within margin |") == 4
@@ -305,9 +318,11 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
     code, out, err, root, md = gate([ids["base"][:8], ids["drop"], "--tracking-uri", uri],
                                     capsys, tmp_path)
     assert code == EXIT_REGRESSION and err == []
-    assert (root.get("tests"), root.get("failures")) == ("4", "1")
+    # no query of the drop row loses 0.9 of its reciprocal rank: the per-query guard passes,
+    # as its own test case
+    assert (root.get("tests"), root.get("failures")) == ("5", "1")
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "1", "0")
     assert ("mrr", True, False) in cases(root) and sum(f for _, f, _ in cases(root)) == 1
     failure = next(c for c in root.iter("testcase") if c.get("name") == "mrr").find("failure")
     assert "delta -0.5000" in failure.get("message") and failure.get("type") == REGRESSION
@@ -585,7 +600,7 @@ def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, ca
                                   capsys, tmp_path)
     assert code == EXIT_PASS and err == []
     # 4 metrics x (headline + money, prose, symbol)
-    assert (root.get("tests"), root.get("failures")) == ("16", "0")
+    assert (root.get("tests"), root.get("failures")) == ("17", "0")  # and the guard
     assert md.count("| within margin |") == 16 and "positives changed" not in md
 
     code, _, err, root, md = gate([ids["hybrid"], ids["floor"], "--tracking-uri", uri], capsys,
@@ -635,7 +650,8 @@ def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     assert proc.returncode == EXIT_PASS, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert proc.stdout.startswith("rag gate: pass")
     root = ET.parse(junit).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "0", "0")
+    # 4 metric checks and the per-query guard
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "0", "0")
     text = md.read_text()
     assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 4 paired checks" in text
     assert "fresh run: -m rag.run corpus.name=tinyshop" in proc.stderr
