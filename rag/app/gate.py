@@ -12,10 +12,15 @@ a pinned expectation (``golden/<corpus>/expected.yaml``, rag/eval/expected.py). 
    (:func:`rag.eval.significance.paired_randomization`; Smucker, Allan, Carterette, CIKM
    2007), and :func:`rag.eval.significance.holm` (Holm 1979).
 
-Improvements are reported the same way. Exit codes (:data:`EXIT_PASS`, :data:`EXIT_REGRESSION`,
-:data:`EXIT_CANNOT_COMPARE`): 0 pass, 1 a regression, 2 could not compare (a missing or
-ambiguous row, another corpus, another golden set fingerprint, an unreadable per-query table,
-a gated metric absent).
+Improvements are reported the same way. A paired check that is no regression but whose 95%
+CI of the difference reaches past the margin the wrong way is **inconclusive**: a regression
+is not ruled out; it says about how many paired queries would decide it
+(:func:`queries_needed`). The per-query guard fails the gate when more than
+``max_severe_drops`` queries lose ``severe_drop`` of their reciprocal rank. Exit codes
+(:data:`EXIT_PASS`, :data:`EXIT_REGRESSION`, :data:`EXIT_CANNOT_COMPARE`,
+:data:`EXIT_INCONCLUSIVE`): 0 pass, 1 a regression (a check or the guard), 4 inconclusive,
+2 could not compare (a missing or ambiguous row, another corpus, another golden set
+fingerprint, an unreadable per-query table, a gated metric absent).
 
 **Against an expectation.** A paired test needs per-query values on both sides, which a
 metric's mean cannot give. An expected.yaml may therefore pin the source row's per-query
@@ -43,9 +48,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from rag.eval.measures import flagged
 
-EXIT_PASS = 0
-EXIT_REGRESSION = 1
-EXIT_CANNOT_COMPARE = 2
+from rag.core.exit_codes import ExitCode
+
+# the gate's outcomes, as rag/core/exit_codes.py numbers them
+EXIT_PASS = int(ExitCode.OK)
+EXIT_REGRESSION = int(ExitCode.FINDINGS)
+EXIT_CANNOT_COMPARE = int(ExitCode.ERROR)
+EXIT_INCONCLUSIVE = int(ExitCode.INCONCLUSIVE)
 
 # which direction is better and which per-query column a row metric is the mean of are
 # declared once, in rag/eval/measures/
@@ -53,6 +62,7 @@ EXIT_CANNOT_COMPARE = 2
 REGRESSION, IMPROVEMENT = "regression", "improvement"
 DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"
 WITHIN_MARGIN = "within_margin"
+INCONCLUSIVE = "inconclusive"
 
 
 class GateError(ValueError):
@@ -297,8 +307,11 @@ class Check:
         p, p_holm, ci_low, ci_high: the paired test (None: margin only).
         mde: the minimum detectable effect of the pairs (α 0.05, power 0.8; None: margin
             only) — :func:`rag.eval.significance.compare_paired`, as sweeps log it.
-        verdict: regression, improvement, drop_not_significant, rise_not_significant,
-            within_margin.
+        verdict: regression, improvement, inconclusive, drop_not_significant,
+            rise_not_significant, within_margin.
+        queries_needed: for an inconclusive check, about how many paired queries would
+            decide it (module docstring); None otherwise, or when the observed move sits on
+            the margin itself.
     """
 
     metric: str
@@ -315,6 +328,7 @@ class Check:
     ci_high: float | None = None
     mde: float | None = None
     verdict: str = WITHIN_MARGIN
+    queries_needed: int | None = None
 
     @property
     def paired(self) -> bool:
@@ -426,8 +440,27 @@ def judge(checks: list[Check], options: GateOptions) -> list[Check]:
             verdict = IMPROVEMENT if significant else RISE_NOT_SIGNIFICANT
         else:
             verdict = WITHIN_MARGIN
-        out.append(replace(c, p_holm=p_holm, verdict=verdict))
+        needed = None
+        if c.paired and verdict != REGRESSION and c.ci_low is not None and c.ci_high is not None:
+            # the CI of the gain: can a move beyond the margin, the wrong way, be ruled out?
+            low = -c.ci_high if c.lower_is_better else c.ci_low
+            if low < -c.margin - 1e-12 and verdict != IMPROVEMENT:
+                verdict = INCONCLUSIVE
+                needed = queries_needed(c.n, gain, c.margin, (c.ci_high - c.ci_low) / 2)
+        out.append(replace(c, p_holm=p_holm, verdict=verdict, queries_needed=needed))
     return out
+
+
+def queries_needed(n: int | None, gain: float, margin: float, half_width: float) -> int | None:
+    """About how many paired queries would make the 95% CI of ``gain`` clear the margin
+    (``-margin``) on the side the observed gain is on: the CI's half-width shrinks as
+    1/sqrt(n), so n * (half_width / |gain + margin|)^2, rounded up (the normal
+    approximation of a paired-test sample size, e.g. Cohen 1988, with the spread the
+    bootstrap CI observed). None when ``n`` is unknown or the gain sits on the margin."""
+    dist = abs(gain + margin)
+    if not n or dist < 1e-12:
+        return None
+    return max(n + 1, math.ceil(n * (half_width / dist) ** 2))
 
 
 @dataclass
@@ -463,12 +496,19 @@ class GateResult:
         return [c for c in self.checks if c.verdict == IMPROVEMENT]
 
     @property
+    def inconclusive(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == INCONCLUSIVE]
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.regressions or self.guard_failed else EXIT_PASS
+        if self.regressions or self.guard_failed:
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_PASS
 
     @property
     def verdict(self) -> str:
-        return "regression" if self.regressions or self.guard_failed else "pass"
+        return {EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: "inconclusive"}.get(
+            self.exit_code, "pass")
 
     @property
     def test(self) -> str:
@@ -483,6 +523,8 @@ class GateResult:
                 "test": self.test, "alpha": self.options.alpha,
                 "checks": [asdict(c) | {"paired": c.paired} for c in self.checks],
                 "regressions": [c.metric for c in self.regressions],
+                "inconclusive": [{"metric": c.metric, "queries_needed": c.queries_needed}
+                                 for c in self.inconclusive],
                 "improvements": [c.metric for c in self.improvements],
                 "lost_at": {"baseline": self.lost_at_baseline,
                             "candidate": self.lost_at_candidate},
@@ -560,7 +602,18 @@ def _p(v: float | None) -> str:
 
 VERDICT_TEXT = {REGRESSION: "**REGRESSION**", IMPROVEMENT: "improvement",
                 DROP_NOT_SIGNIFICANT: "drop, not significant",
-                RISE_NOT_SIGNIFICANT: "rise, not significant", WITHIN_MARGIN: "within margin"}
+                RISE_NOT_SIGNIFICANT: "rise, not significant", WITHIN_MARGIN: "within margin",
+                INCONCLUSIVE: "*inconclusive*"}
+
+
+def inconclusive_text(c: Check) -> str:
+    """One line for an inconclusive check: its CI against the margin, and the queries that
+    would decide it."""
+    more = (f"about {c.queries_needed - c.n} more paired queries ({c.queries_needed} in all) "
+            "would decide it" if c.queries_needed and c.n else "more queries would decide it")
+    ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "?"
+    return (f"`{c.metric}` Δ {c.delta:+.4f}, 95% CI {ci} reaches past the margin {c.margin:g} "
+            f"the wrong way: {more}")
 
 
 def render_markdown(result: GateResult) -> str:
@@ -568,7 +621,7 @@ def render_markdown(result: GateResult) -> str:
     from rag.eval.attribution import STAGE_HELP, STAGES
 
     r = result
-    head = "PASS" if r.exit_code == EXIT_PASS else "REGRESSION"
+    head = {EXIT_PASS: "PASS", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}.get(r.exit_code, "REGRESSION")
     lines = [f"## rag gate: {head}", "",
              f"- baseline: {r.baseline.label} (corpus {r.baseline.corpus or '?'}, golden set "
              f"{(r.baseline.golden_fingerprint or '?')[:12]})",
@@ -587,7 +640,10 @@ def render_markdown(result: GateResult) -> str:
                          f"`{d['query_id']}` {d['rr_baseline']:.3f} -> {d['rr_candidate']:.3f}"
                          for d in r.severe_drops[:10])
                      + (", …" if len(r.severe_drops) > 10 else ""))
-    if r.regressions or r.improvements or r.guard_failed:
+    if r.inconclusive:
+        lines.append("Inconclusive (neither a regression nor ruled out): " + "; ".join(
+            inconclusive_text(c) for c in r.inconclusive))
+    if r.regressions or r.improvements or r.guard_failed or r.inconclusive:
         lines.append("")
     lines += ["| check | baseline | candidate | Δ | margin | p | p (Holm) | 95% CI of Δ | n | verdict |",
               "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
@@ -646,7 +702,7 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
     n_tests = len(r.checks) + int(guard)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
-                          tests=str(n_tests), failures=str(fails), errors="0", skipped="0")
+                          tests=str(n_tests), failures=str(fails), errors="0", skipped=str(len(r.inconclusive)))
     props = ET.SubElement(suite, "properties")
     for k, v in (("baseline", r.baseline.ref), ("candidate", r.candidate.ref),
                  ("corpus", r.candidate.corpus or ""), ("test", r.test),
@@ -659,6 +715,8 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
                   f"{_p(c.p_holm)}, n {c.n if c.n is not None else '-'}: {c.verdict}")
         if c.verdict == REGRESSION:
             ET.SubElement(case, "failure", message=detail, type=REGRESSION).text = detail
+        elif c.verdict == INCONCLUSIVE:  # not a failure, not a pass: skipped, with the reason
+            ET.SubElement(case, "skipped", message=inconclusive_text(c))
         ET.SubElement(case, "system-out").text = detail
     if guard:  # the per-query guard: its own test case
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="severe_drops", time="0")
@@ -680,14 +738,17 @@ def add_parser(sub: Any) -> None:
     d = GateOptions()
     p = sub.add_parser(
         "gate", help="pass/fail a candidate row (or a fresh run) against a baseline row or a "
-                     "pinned expected.yaml; exit 0 pass, 1 regression, 2 could not compare",
+                     "pinned expected.yaml; exit 0 pass, 1 regression, 4 inconclusive, 2 "
+                     "could not compare",
         description=(
             "Compare CANDIDATE (a ledger row; with --fresh, a run made now) with BASELINE (a "
             "ledger row, or an expected.yaml / the golden directory holding one). A check "
             "fails only when its metric moves the wrong way by more than its margin AND the "
             "paired randomization test (the sweep's; rag/eval/significance.py) finds the move "
-            "significant after Holm's correction across all checks. Improvements are "
-            "reported too. Exit 0 pass, 1 regression, 2 could not compare (missing row, "
+            "significant after Holm's correction across all checks; a check whose 95% CI "
+            "reaches past its margin without a significant drop is inconclusive, with the "
+            "queries that would decide it. Improvements are reported too. Exit 0 pass, 1 "
+            "regression, 4 inconclusive, 2 could not compare (missing row, "
             "another corpus or golden set fingerprint, unreadable per-query table). Against "
             "an expected.yaml without a pinned per-query table the check is on the margin "
             "alone, and the output says so."),
@@ -968,7 +1029,10 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
         print(_json(result.as_json()))
     elif args.markdown:
         print(f"rag gate: {result.verdict} ({len(result.regressions)} regression(s), "
-              f"{len(result.improvements)} improvement(s)); summary in {args.markdown}")
+              f"{len(result.improvements)} improvement(s)"
+              + (f", {len(result.inconclusive)} inconclusive" if result.inconclusive else "")
+              + (f", {len(result.severe_drops)} severe drop(s)" if result.guard_failed else "")
+              + f"); summary in {args.markdown}")
     else:
         print(md, end="")
     return result.exit_code

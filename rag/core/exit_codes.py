@@ -16,12 +16,16 @@ code   name             meaning
 3      ``NO_RESULT``    it ran, and had nothing to return: ``rag search`` returned no hit
                         (every hit dropped by the abstention floor, a type filter that leaves
                         nothing, no lexical match)
+4      ``INCONCLUSIVE`` it ran, and the evidence decides nothing: a gate whose confidence
+                        interval straddles the margin (it says how many more queries would
+                        decide it)
 130    ``INTERRUPTED``  stopped by Ctrl-C (SIGINT), without a traceback
 141    ``BROKEN_PIPE``  the reader of stdout went away (``rag search q | head -1``): the rest
                         of the output is discarded without a traceback, as 128 + SIGPIPE
 =====  ===============  ====================================================================
 
-A gate's pass / regression / could-not-compare are 0 / 1 / 2 in this table.
+A gate's pass / regression / could-not-compare / inconclusive are 0 / 1 / 2 / 4 in this
+table.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class ExitCode(IntEnum):
     FINDINGS = 1
     ERROR = 2
     NO_RESULT = 3
+    INCONCLUSIVE = 4
     INTERRUPTED = 130
     BROKEN_PIPE = 141
 

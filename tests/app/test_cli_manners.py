@@ -35,8 +35,11 @@ def rag(*argv: str, env: dict | None = None, closed_stdout: bool = False,
 
 def test_exit_code_table_is_the_documented_one():
     assert [(c.name, int(c)) for c in ExitCode] == [
-        ("OK", 0), ("FINDINGS", 1), ("ERROR", 2), ("NO_RESULT", 3), ("INTERRUPTED", 130),
-        ("BROKEN_PIPE", 141)]
+        ("OK", 0), ("FINDINGS", 1), ("ERROR", 2), ("NO_RESULT", 3), ("INCONCLUSIVE", 4),
+        ("INTERRUPTED", 130), ("BROKEN_PIPE", 141)]
+    from rag.app.gate import EXIT_INCONCLUSIVE
+
+    assert EXIT_INCONCLUSIVE == ExitCode.INCONCLUSIVE
     table = (PROJECT / "docs" / "cli.md").read_text()
     for c in ExitCode:
         assert f"| {int(c)} | `{c.name}` |" in table, c.name

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rag.app.gate import (DROP_NOT_SIGNIFICANT, EXIT_CANNOT_COMPARE, EXIT_PASS, EXIT_REGRESSION,
-                      IMPROVEMENT, REGRESSION, RISE_NOT_SIGNIFICANT, WITHIN_MARGIN, Check,
+from rag.app.gate import (DROP_NOT_SIGNIFICANT, EXIT_CANNOT_COMPARE, EXIT_INCONCLUSIVE,
+                      EXIT_PASS, EXIT_REGRESSION, IMPROVEMENT, INCONCLUSIVE, REGRESSION, RISE_NOT_SIGNIFICANT, WITHIN_MARGIN, Check,
                       GateError, GateOptions, Side, compare, judge, merge_overrides,
                       per_query_values, render_junit, render_markdown)
 
@@ -93,13 +93,30 @@ def test_margin_and_paired_test_both_decide_with_holm_across_the_metrics():
     assert c["recall_at_8"].p_holm == 1.0
     assert {m: x.verdict for m, x in c.items()} == {
         "mrr": REGRESSION,                        # -0.5 > margin, p (Holm) ~ 0.008
-        "recall_at_8": DROP_NOT_SIGNIFICANT,      # -0.1 > margin, p = 1
+        # -0.1 > margin, p = 1: not shown, and its CI reaches past -0.01: undecided
+        "recall_at_8": INCONCLUSIVE,
         "ndcg_at_10": WITHIN_MARGIN,              # significant, but -0.005 < margin 0.01
-        "answer_support_rate": DROP_NOT_SIGNIFICANT}  # -0.4, p (Holm) ~ 0.25
+        "answer_support_rate": INCONCLUSIVE}      # -0.4, p (Holm) ~ 0.25, CI reaches -1
     assert r.exit_code == EXIT_REGRESSION and [x.metric for x in r.regressions] == ["mrr"]
-    # a wider margin for mrr alone passes the gate
+    # the queries that would decide one: n (half-width / |gain + margin|)^2, by hand from
+    # the check's own CI, and never fewer than one more than it has: recall_at_8's CI
+    # [-0.3, 0] (bootstrap) gives 10 (0.15 / 0.09)^2 = 27.8 -> 28; answer support's CI
+    # [-0.7, -0.1] already clears -0.01 (only Holm keeps it undecided): 11
+    r8, a = c["recall_at_8"], c["answer_support_rate"]
+    assert r8.queries_needed == max(11, math.ceil(10 * ((r8.ci_high - r8.ci_low) / 2
+                                                        / abs(-0.1 + 0.01)) ** 2))
+    assert a.queries_needed == 11
+    # a wider margin for mrr alone leaves the two undecided checks: inconclusive (exit 4)
     wide = compare(side(base, "row a"), side(cand), GateOptions(margins=(("mrr", 0.6),)))
-    assert wide.exit_code == EXIT_PASS and wide.checks[0].verdict == WITHIN_MARGIN
+    assert wide.checks[0].verdict == WITHIN_MARGIN
+    assert wide.exit_code == EXIT_INCONCLUSIVE and wide.verdict == "inconclusive"
+    assert "## rag gate: INCONCLUSIVE" in render_markdown(wide)
+    assert "more paired queries" in render_markdown(wide)
+    junit = render_junit(wide)
+    assert junit.count("<skipped") == 2 and 'skipped="2"' in junit and "<failure" not in junit
+    # margins wide enough to rule the drops out: pass
+    calm = compare(side(base, "row a"), side(cand), GateOptions(margin=1.0))
+    assert calm.exit_code == EXIT_PASS
 
 
 def test_holm_and_margins_by_hand():
@@ -173,7 +190,9 @@ def test_per_tag_catches_a_drop_the_headline_hides():
     d = [-1.0] * 8 + [0.5] * 8
     assert head.checks[0].delta == pytest.approx(-0.25) and exact_p(d) > 0.1
     assert close_to_exact(head.checks[0].p, d)
-    assert head.exit_code == EXIT_PASS and head.checks[0].verdict == DROP_NOT_SIGNIFICANT
+    # a drop the test cannot show, whose CI reaches past the margin: undecided, not a pass
+    assert head.exit_code == EXIT_INCONCLUSIVE and head.checks[0].verdict == INCONCLUSIVE
+    assert head.checks[0].queries_needed > 16
     # with it (the default): the 8 prose queries that went from rank 1 to lost fail the gate
     # by name, though the mean's drop is not significant
     guarded = compare(side(base, "row a"), side(cand), GateOptions(metrics=("mrr",)))
@@ -181,9 +200,10 @@ def test_per_tag_catches_a_drop_the_headline_hides():
     assert [d["query_id"] for d in guarded.severe_drops] == [f"q{i}" for i in range(8)]
     assert "Severe drops: 8 queries" in render_markdown(guarded)
     assert 'name="severe_drops"' in render_junit(guarded) and "<failure" in render_junit(guarded)
-    # 7 allowed: still fails; 8 allowed: passes; a drop of 0.5 (symbol 1 -> 0.5) is none
-    assert compare(side(base, "row a"), side(cand),
-                   GateOptions(metrics=("mrr",), max_severe_drops=8)).exit_code == EXIT_PASS
+    # 8 allowed: the guard passes, and the mean's undecided drop remains (a drop of 0.5,
+    # symbol 0.5 -> 1 the other way, is none)
+    assert compare(side(base, "row a"), side(cand), GateOptions(
+        metrics=("mrr",), max_severe_drops=8)).exit_code == EXIT_INCONCLUSIVE
     tagged = compare(side(base, "row a"), side(cand),
                      GateOptions(metrics=("mrr",), per_tag=True, max_severe_drops=-1))
     c = {x.metric: x for x in tagged.checks}
@@ -197,7 +217,8 @@ def test_per_tag_catches_a_drop_the_headline_hides():
     only = compare(side(base, "row a"), side(cand),
                    GateOptions(metrics=("mrr",), per_tag=True, tags=("symbol",),
                                max_severe_drops=-1))
-    assert [x.metric for x in only.checks] == ["mrr", "tag.symbol.mrr"] and only.exit_code == 0
+    assert [x.metric for x in only.checks] == ["mrr", "tag.symbol.mrr"]
+    assert only.exit_code == EXIT_INCONCLUSIVE  # the headline drop is still undecided
     with pytest.raises(GateError, match="no positive query has tag"):
         compare(side(base, "row a"), side(cand),
                 GateOptions(metrics=("mrr",), per_tag=True, tags=("nope",)))
