@@ -193,6 +193,14 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         print(f"    semble NDCG@10 {p('semble_ndcg_at_10'):.3f}  NDCG@5 {p('semble_ndcg_at_5'):.3f}  "
               "(top chunks as returned, semble's rule)", file=out)
     print(f"    judged@{cfg.search.top_k} {p(f'judged_at_{cfg.search.top_k}'):.3f}  judged@10 {p('judged_at_10'):.3f}  (share of the top k units with a relevance judgement; min_overlap {cfg.eval.get('min_overlap', 0.0):g})", file=out)  # noqa: E501
+    from rag.eval.evaluate import TOKEN_BUDGETS
+
+    if all(f"token_recall_at_{b}" in metrics for b in TOKEN_BUDGETS):
+        print("    at a context budget (chunks in rank order, the embedder's tokens): recall "
+              + " / ".join(f"{p(f'token_recall_at_{b}'):.3f}" for b in TOKEN_BUDGETS)
+              + "  answer support " + " / ".join(f"{p(f'token_support_at_{b}'):.3f}"
+                                                  for b in TOKEN_BUDGETS)
+              + "  at " + " / ".join(f"{b:,}" for b in TOKEN_BUDGETS) + " tokens", file=out)
     if "bpref" in metrics:
         print(f"    bpref {p('bpref'):.3f}  condensed nDCG@10 {p('condensed_ndcg_at_10'):.3f}  condensed MRR {p('condensed_mrr'):.3f}  (unjudged units ignored: Buckley & Voorhees 2004, Sakai 2007)", file=out)  # noqa: E501
     print("  returned (after abstention, top_k):", file=out)

@@ -82,6 +82,9 @@ class SearchResult:
     gate_score: float | None = None
     # the text of each returned hit, when the retriever knows it (context-size metrics)
     hit_texts: list[str] | None = None
+    # the text of each ranked chunk (``ranked``), when the retriever knows it: recall at a
+    # token budget (rag/eval/evaluate.py token_budget_metrics)
+    ranked_texts: list[str] | None = None
     # why the retriever could not answer at all: "missing" (not in a run file) or "failed"
     # (an endpoint's timeout or error); the query scores 0 and is counted by the evaluator
     unanswered: str | None = None

@@ -188,6 +188,49 @@ def _hits_not_relevant(hit: Hit, query: GoldenQuery, units: CorpusUnits | None,
                for lab in query.not_relevant)
 
 
+#: the context budgets, in tokens, recall and answer support are measured at
+TOKEN_BUDGETS = (512, 2048, 8192)
+
+
+def token_budget_metrics(inputs: dict[str, tuple[list[list[str]], list[str], GoldenQuery]],
+                         count_tokens, budgets: Sequence[int] = TOKEN_BUDGETS
+                         ) -> dict[str, dict[str, float]]:
+    """Recall and answer support at a token budget: what an agent that takes the ranked
+    chunks in order until ``B`` tokens of context gets, per positive query.
+
+    Args:
+        inputs: query id -> (each ranked chunk's doc ids, :func:`hit_units`; each ranked
+            chunk's text; the query).
+        count_tokens: texts -> word pieces each, with [CLS]/[SEP] (the embedder's tokenizer;
+            2 are taken off, as ``context_tokens`` does).
+        budgets: token budgets.
+
+    Returns:
+        query id -> ``{"token_recall_at_<B>": relevant units found in the chunks that fit in
+        B tokens / relevant units, "token_support_at_<B>": 1.0 when any is found}`` (a chunk
+        fits when the running total, it included, is at most B; the first chunk that does not
+        fit ends the context).
+    """
+    flat = [t for _, texts, _ in inputs.values() for t in texts]
+    counts = iter(count_tokens(flat)) if flat else iter(())
+    out: dict[str, dict[str, float]] = {}
+    for qid, (units, texts, q) in inputs.items():
+        sizes = [max(next(counts) - 2, 0) for _ in texts]
+        relevant = {d for d, g in q.qrels.items() if g > 0}
+        m: dict[str, float] = {}
+        for b in budgets:
+            total, found = 0, set()
+            for keys, n in zip(units, sizes):
+                total += n
+                if total > b:
+                    break
+                found.update(k for k in keys if k in relevant)
+            m[f"token_recall_at_{b}"] = len(found) / len(relevant) if relevant else 0.0
+            m[f"token_support_at_{b}"] = float(bool(found))
+        out[qid] = m
+    return out
+
+
 def judged_at(units_ranked: dict[str, tuple[float, Hit]], query: GoldenQuery, k: int, *,
               units: CorpusUnits | None = None, min_overlap: float = 0.0,
               ties: str = "doc_id") -> float:
@@ -339,6 +382,7 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
         retriever.prefetch(queries, depth=depth)
     # a bar on a terminal, a line every 10 s in a log (never a bar's frames in a file)
     pairs = list(zip(items, queries))
+    budget_inputs: dict[str, tuple[list[list[str]], list[str], GoldenQuery]] = {}
     for (kind, q), query in progress_iter(pairs, total=len(pairs), desc="evaluating",
                                           unit="query", enabled=progress):
         types = query.types
@@ -375,6 +419,9 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
                 m[f"judged_at_{k}"] = judged_at(ranked_units, q, k, ties=ties, **judge)
             m.update(incomplete_judgement_metrics(ranked_units, q, ties=ties, **judge))
             per_query_metrics[q.id] = m
+            if res.ranked_texts is not None and len(res.ranked_texts) == len(res.ranked):
+                budget_inputs[q.id] = ([hit_units(h, q, **judge) for h in res.ranked],
+                                       list(res.ranked_texts), q)
             row["first_relevant_rank"] = first_relevant_rank(rank(scores, q.qrels, ties=ties),
                                                              q.qrels)
             returned = collapse(res.hits, q, **judge)
@@ -410,6 +457,11 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
                                                       **per_query_metrics[row["query_id"]]}
             row.update(m)
     texts = [r.pop("_texts") for r in rows]
+    positives = [r["query_id"] for r in rows if r["kind"] == "positive"]
+    if count_tokens is not None and positives and all(q in budget_inputs for q in positives):
+        for qid, m in token_budget_metrics(budget_inputs, count_tokens).items():
+            per_query_metrics[qid].update(m)
+            next(r for r in rows if r["query_id"] == qid).update(m)
     if count_tokens is not None and all(t is not None for t in texts):
         contexts = ["\n".join(t) for t in texts]  # word pieces, untruncated, no [CLS]/[SEP]
         for r, ctx, n in zip(rows, contexts, count_tokens(contexts)):

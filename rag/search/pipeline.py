@@ -377,4 +377,5 @@ class PipelineRetriever:
                                reranker=p.reranker, gate=p.gate)
         res = p.search(query.text, depth=depth, with_signals=True)
         res.hit_texts = [self._text[h.chunk_id] for h in res.hits]
+        res.ranked_texts = [self._text[h.chunk_id] for h in res.ranked]
         return res

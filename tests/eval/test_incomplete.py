@@ -54,3 +54,22 @@ def test_condensed_metrics_by_hand():
     # the uncondensed MRR of the same ranking would be 1/3: an unjudged unit costs nothing
     # bpref: the one judged non-relevant unit (N = 1) is above both relevant ones: 1 - 1/1 each
     assert got["bpref"] == 0.0
+
+
+def test_recall_and_support_at_a_token_budget_by_hand():
+    from types import SimpleNamespace
+
+    from rag.eval.evaluate import token_budget_metrics
+
+    # chunk texts stand for their sizes: "x" * n has n word pieces (+2 for [CLS]/[SEP])
+    def count(texts):
+        return [len(t) + 2 for t in texts]
+
+    q = SimpleNamespace(qrels={"a.py#f": 1, "b.py": 1})
+    units = [["c.py"], ["a.py#f"], ["d.py"], ["b.py"]]
+    texts = ["x" * 300, "x" * 200, "x" * 1000, "x" * 400]  # running: 300, 500, 1500, 1900
+    got = token_budget_metrics({"q": (units, texts, q)}, count, budgets=(256, 512, 2048))["q"]
+    assert got == {
+        "token_recall_at_256": 0.0, "token_support_at_256": 0.0,    # the first chunk is 300
+        "token_recall_at_512": 0.5, "token_support_at_512": 1.0,    # 300 + 200: a.py#f fits
+        "token_recall_at_2048": 1.0, "token_support_at_2048": 1.0}  # all four: 1900

@@ -126,6 +126,10 @@ BUILTIN: tuple[Measure, ...] = (
             headline=("_p50_ms", "_p95_ms")),
     Measure("hit_at_", pinned=True, source="rag/eval/metrics.py"),
     Measure("judged_at_", pinned=True, source="ir_measures Judged@k (rag/eval/evaluate.py)"),
+    Measure("token_recall_at_", source="recall within a context budget of k tokens "
+            "(rag/eval/evaluate.py token_budget_metrics)"),
+    Measure("token_support_at_", source="answer support within a context budget of k tokens "
+            "(rag/eval/evaluate.py token_budget_metrics)"),
     Measure("bpref", source="Buckley & Voorhees 2004, trec_eval bpref (rag/eval/incomplete.py)"),
     Measure("condensed_ndcg_at_", source="Sakai 2007 condensed lists (rag/eval/incomplete.py)"),
     Measure("condensed_mrr", source="Sakai 2007 condensed lists (rag/eval/incomplete.py)"),
