@@ -15,12 +15,18 @@ a pinned expectation (``golden/<corpus>/expected.yaml``, rag/eval/expected.py). 
 Improvements are reported the same way. A paired check that is no regression but whose 95%
 CI of the difference reaches past the margin the wrong way is **inconclusive**: a regression
 is not ruled out; it says about how many paired queries would decide it
-(:func:`queries_needed`). The per-query guard fails the gate when more than
-``max_severe_drops`` queries lose ``severe_drop`` of their reciprocal rank. Exit codes
+(:func:`queries_needed`). That is a non-inferiority test; metrics in
+:attr:`GateOptions.superior` are gated for superiority instead (pass only when shown better
+by more than the margin, else inconclusive). The per-query guard fails the gate when more
+than ``max_severe_drops`` queries lose ``severe_drop`` of their reciprocal rank; the coverage
+guard (:func:`coverage_lost`) when the candidate lacks a query, a judgement, a tag or a gated
+metric the baseline has — two golden sets are paired on the queries whose per-query
+``judgement_digest`` (:func:`rag.eval.golden.judgement_digest`) agrees. Exit codes
 (:data:`EXIT_PASS`, :data:`EXIT_REGRESSION`, :data:`EXIT_CANNOT_COMPARE`,
 :data:`EXIT_INCONCLUSIVE`): 0 pass, 1 a regression (a check or the guard), 4 inconclusive,
 2 could not compare (a missing or ambiguous row, another corpus, another golden set
-fingerprint, an unreadable per-query table, a gated metric absent).
+fingerprint without per-query digests, an unreadable per-query table, a gated metric absent
+from the baseline).
 
 **Against an expectation.** A paired test needs per-query values on both sides, which a
 metric's mean cannot give. An expected.yaml may therefore pin the source row's per-query
@@ -87,6 +93,11 @@ class GateOptions:
             minus candidate RR; 0.9: rank 1 to beyond rank 10, or lost) is a severe drop.
         max_severe_drops: more severe drops than this fail the gate, by name, whatever the
             means say (the per-query guard; negative: off).
+        superior: metrics gated for **superiority** (the candidate must be shown better by
+            more than the margin, else the check is inconclusive); every other gated metric
+            is gated for **non-inferiority** (module docstring).
+        coverage: the coverage guard: a query (or its judgement), a tag or a gated metric
+            that the baseline has and the candidate lacks fails the gate, by name.
     """
 
     metrics: tuple[str, ...] = flagged("gated")
@@ -99,6 +110,8 @@ class GateOptions:
     seed: int = 0
     severe_drop: float = 0.9
     max_severe_drops: int = 0
+    superior: tuple[str, ...] = ()
+    coverage: bool = True
 
     def margin_for(self, metric: str) -> float:
         """The margin of ``metric`` (a ``tag.<tag>.<m>`` name takes ``m``'s)."""
@@ -106,6 +119,13 @@ class GateOptions:
 
         base = (split_tag_metric(metric) or (None, metric))[1]
         return dict(self.margins).get(metric, dict(self.margins).get(base, self.margin))
+
+    def is_superiority(self, metric: str) -> bool:
+        """Whether ``metric`` (or, for ``tag.<tag>.<m>``, ``m``) is gated for superiority."""
+        from rag.eval.metric_names import split_tag_metric
+
+        base = (split_tag_metric(metric) or (None, metric))[1]
+        return metric in self.superior or base in self.superior
 
 
 def describe_test(options: GateOptions, n_checks: int) -> str:
@@ -278,18 +298,90 @@ def check_comparable(base: Side, cand: Side) -> list[str]:
         if not side.golden_fingerprint:
             raise GateError(f"cannot compare: {side.label} does not record its golden set "
                             "fingerprint")
-    if base.golden_fingerprint != cand.golden_fingerprint:
-        raise GateError(f"cannot compare: the golden sets differ ({base.label}: "
-                        f"{base.golden_fingerprint[:12]}, {cand.label}: "
-                        f"{cand.golden_fingerprint[:12]}); re-pin the expectation or compare "
-                        "rows of one golden set")
     notes = []
+    if base.golden_fingerprint != cand.golden_fingerprint:
+        differ = (f"the golden sets differ ({base.label}: {base.golden_fingerprint[:12]}, "
+                  f"{cand.label}: {cand.golden_fingerprint[:12]})")
+        if _digests(base) is None or _digests(cand) is None:
+            raise GateError(f"cannot compare: {differ} and a side has no per-query judgement "
+                            f"digests ({DIGEST_COLUMN}; rows logged before it existed) to pair "
+                            "the queries by; re-pin the expectation or compare rows of one "
+                            "golden set")
+        notes.append(f"{differ}: queries are paired where their judgements agree "
+                     f"({DIGEST_COLUMN}); the coverage guard names what the candidate lacks")
     if (base.corpus_fingerprint and cand.corpus_fingerprint
             and base.corpus_fingerprint != cand.corpus_fingerprint):
         notes.append(f"the indexed files differ (corpus fingerprint {base.corpus_fingerprint[:12]}"
                      f" vs {cand.corpus_fingerprint[:12]}): the candidate walked the corpus "
                      "differently, or the corpus changed")
     return notes
+
+
+DIGEST_COLUMN = "judgement_digest"  # rag.eval.golden.judgement_digest, per query
+
+
+def _digests(side: Side) -> Any:
+    """The side's per-query judgement digests (a Series by query id), or None."""
+    if side.per_query is None or DIGEST_COLUMN not in side.per_query.columns:
+        return None
+    return side.per_query[DIGEST_COLUMN].astype(str)
+
+
+def paired_ids(base: Side, cand: Side) -> Any:
+    """The positives both per-query tables hold *as the same judgement*: ids in both whose
+    judgement digests agree (when both record them), else ids in both; None when a side has
+    no per-query table."""
+    if base.per_query is None or cand.per_query is None:
+        return None
+    common = base.per_query.index.intersection(cand.per_query.index)
+    da, db = _digests(base), _digests(cand)
+    if da is None or db is None:
+        return common
+    return common[(da.loc[common].to_numpy() == db.loc[common].to_numpy())]
+
+
+def coverage_lost(base: Side, cand: Side, options: GateOptions) -> list[dict[str, str]]:
+    """What the baseline measured and the candidate does not (the coverage guard), in order:
+    ``{"kind": "query", "name": id, "why": "missing" | "relabelled"}`` for each baseline
+    positive absent from the candidate or judged differently there (another judgement
+    digest), ``{"kind": "tag", ...}`` for each tag of the baseline's positives that no
+    candidate positive has, ``{"kind": "metric", ...}`` for each gated metric the baseline
+    has (per-query values or the row metric) and the candidate has not. Queries and tags are
+    compared only when both sides have per-query tables."""
+    lost: list[dict[str, str]] = []
+    if base.per_query is not None and cand.per_query is not None:
+        common = base.per_query.index.intersection(cand.per_query.index)
+        same = set(paired_ids(base, cand))
+        for q in base.per_query.index:
+            if q not in common:
+                lost.append({"kind": "query", "name": str(q), "why": "missing"})
+            elif q not in same:
+                lost.append({"kind": "query", "name": str(q), "why": "relabelled"})
+        have = set(_tags_of(cand.per_query))
+        lost += [{"kind": "tag", "name": t, "why": "missing"}
+                 for t in _tags_of(base.per_query) if t not in have]
+
+    def has(side: Side, m: str) -> bool:
+        return m in side.metrics or (side.per_query is not None
+                                     and per_query_values(side.per_query, m) is not None)
+
+    lost += [{"kind": "metric", "name": m, "why": "missing"} for m in options.metrics
+             if has(base, m) and not has(cand, m)]
+    return lost
+
+
+def coverage_text(lost: Sequence[dict[str, str]], limit: int = 10) -> str:
+    """``3 queries (q1, q2 relabelled, q3), 1 tag (api)``: the coverage guard's findings."""
+    parts = []
+    for kind in ("query", "tag", "metric"):
+        items = [f"{d['name']}" + (" relabelled" if d["why"] == "relabelled" else "")
+                 for d in lost if d["kind"] == kind]
+        if items:
+            word = {"query": "queries", "tag": "tags", "metric": "metrics"}[kind] \
+                if len(items) != 1 else kind
+            parts.append(f"{len(items)} {word} ({', '.join(items[:limit])}"
+                         f"{', …' if len(items) > limit else ''})")
+    return ", ".join(parts)
 
 
 @dataclass
@@ -309,6 +401,7 @@ class Check:
             only) — :func:`rag.eval.significance.compare_paired`, as sweeps log it.
         verdict: regression, improvement, inconclusive, drop_not_significant,
             rise_not_significant, within_margin.
+        mode: ``non_inferiority`` or ``superiority`` (:attr:`GateOptions.superior`).
         queries_needed: for an inconclusive check, about how many paired queries would
             decide it (module docstring); None otherwise, or when the observed move sits on
             the margin itself.
@@ -329,6 +422,7 @@ class Check:
     mde: float | None = None
     verdict: str = WITHIN_MARGIN
     queries_needed: int | None = None
+    mode: str = "non_inferiority"
 
     @property
     def paired(self) -> bool:
@@ -351,12 +445,11 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
     from rag.eval.significance import compare_paired
 
     notes: list[str] = []
-    common = None
-    if base.per_query is not None and cand.per_query is not None:
-        common = base.per_query.index.intersection(cand.per_query.index)
+    common = paired_ids(base, cand)
+    if common is not None:
         if len(common) == 0:
             raise GateError(f"cannot compare: {base.label} and {cand.label} share no positive "
-                            "query")
+                            "query judged the same way")
         if len(common) != len(base.per_query) or len(common) != len(cand.per_query):
             notes.append(f"{len(common)} positives paired ({len(base.per_query)} in "
                          f"{base.label}, {len(cand.per_query)} in {cand.label})")
@@ -392,7 +485,8 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
         va = per_query_values(base.per_query, base_metric) if common is not None else None
         vb = per_query_values(cand.per_query, base_metric) if common is not None else None
         kw = dict(metric=name, tag=tag, margin=options.margin_for(name),
-                  lower_is_better=lower_is_better(name))
+                  lower_is_better=lower_is_better(name),
+                  mode="superiority" if options.is_superiority(name) else "non_inferiority")
         if va is not None and vb is not None:
             if len(common_ids) == 0:
                 continue
@@ -411,6 +505,8 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
                 notes.append(f"{name}: no per-query values in the tables; margin only")
             a_val, b_val = float(base.metrics[name]), float(cand.metrics[name])
             checks.append(Check(baseline=a_val, candidate=b_val, delta=b_val - a_val, **kw))
+        elif tag is None and options.coverage and (name in base.metrics or va is not None):
+            continue  # the candidate lacks it: the coverage guard fails the gate by name
         elif tag is None:
             where = base.label if name not in base.metrics else cand.label
             raise GateError(f"cannot compare: {where} has no metric {name!r} (and no "
@@ -441,22 +537,32 @@ def judge(checks: list[Check], options: GateOptions) -> list[Check]:
         else:
             verdict = WITHIN_MARGIN
         needed = None
-        if c.paired and verdict != REGRESSION and c.ci_low is not None and c.ci_high is not None:
+        half = ((c.ci_high - c.ci_low) / 2 if c.ci_low is not None and c.ci_high is not None
+                else None)
+        if c.mode == "superiority" and verdict not in (REGRESSION, IMPROVEMENT):
+            # not shown better by more than the margin: more queries decide it only when the
+            # observed gain is past the margin
+            verdict = INCONCLUSIVE
+            if c.paired and half is not None:
+                needed = queries_needed(c.n, gain, -c.margin, half) \
+                    if gain > c.margin + 1e-12 else None
+        elif c.paired and verdict != REGRESSION and half is not None:
             # the CI of the gain: can a move beyond the margin, the wrong way, be ruled out?
             low = -c.ci_high if c.lower_is_better else c.ci_low
             if low < -c.margin - 1e-12 and verdict != IMPROVEMENT:
                 verdict = INCONCLUSIVE
-                needed = queries_needed(c.n, gain, c.margin, (c.ci_high - c.ci_low) / 2)
+                needed = queries_needed(c.n, gain, c.margin, half)
         out.append(replace(c, p_holm=p_holm, verdict=verdict, queries_needed=needed))
     return out
 
 
 def queries_needed(n: int | None, gain: float, margin: float, half_width: float) -> int | None:
-    """About how many paired queries would make the 95% CI of ``gain`` clear the margin
-    (``-margin``) on the side the observed gain is on: the CI's half-width shrinks as
-    1/sqrt(n), so n * (half_width / |gain + margin|)^2, rounded up (the normal
+    """About how many paired queries would make the 95% CI of ``gain`` clear the bound
+    ``-margin`` on the side the observed gain is on (non-inferiority: ``margin`` the allowed
+    drop; superiority: ``-margin``, so the bound is ``+margin``): the CI's half-width shrinks
+    as 1/sqrt(n), so n * (half_width / |gain + margin|)^2, rounded up (the normal
     approximation of a paired-test sample size, e.g. Cohen 1988, with the spread the
-    bootstrap CI observed). None when ``n`` is unknown or the gain sits on the margin."""
+    bootstrap CI observed). None when ``n`` is unknown or the gain sits on the bound."""
     dist = abs(gain + margin)
     if not n or dist < 1e-12:
         return None
@@ -480,6 +586,13 @@ class GateResult:
     # the per-query guard: {query_id, rr_baseline, rr_candidate} of each severe drop; None
     # when it could not run (no per-query reciprocal ranks on a side)
     severe_drops: list[dict[str, Any]] | None = None
+    # the coverage guard: what the baseline measured and the candidate lacks (coverage_lost)
+    coverage_lost: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def coverage_failed(self) -> bool:
+        """The coverage guard is on and the candidate lacks something the baseline has."""
+        return self.options.coverage and bool(self.coverage_lost)
 
     @property
     def guard_failed(self) -> bool:
@@ -501,7 +614,7 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        if self.regressions or self.guard_failed:
+        if self.regressions or self.guard_failed or self.coverage_failed:
             return EXIT_REGRESSION
         return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_PASS
 
@@ -529,6 +642,7 @@ class GateResult:
                 "lost_at": {"baseline": self.lost_at_baseline,
                             "candidate": self.lost_at_candidate},
                 "severe_drops": self.severe_drops, "guard_failed": self.guard_failed,
+                "coverage_lost": self.coverage_lost, "coverage_failed": self.coverage_failed,
                 "changed_queries": self.changed, "notes": self.notes}
 
 
@@ -560,15 +674,16 @@ def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> Gat
         raise GateError("nothing to gate: no metric could be compared")
     result = GateResult(baseline=base, candidate=cand, options=options,
                         checks=judge(checks, options), notes=notes + more)
-    ids = None
-    if base.per_query is not None and cand.per_query is not None:
-        ids = base.per_query.index.intersection(cand.per_query.index)
+    ids = paired_ids(base, cand)
+    result.coverage_lost = coverage_lost(base, cand, options)
+    if ids is not None:
         if LOST_AT_COLUMN in base.per_query.columns and LOST_AT_COLUMN in cand.per_query.columns:
             result.changed = [
                 {"query_id": d.query_id, "tags": d.tags, "rank_baseline": d.rank_a,
                  "rank_candidate": d.rank_b, "lost_at_baseline": d.lost_at_a,
                  "lost_at_candidate": d.lost_at_b, "stage": d.stage, "change": d.change}
-                for d in diff_per_query(base.per_query, cand.per_query) if d.changed]
+                for d in diff_per_query(base.per_query.loc[ids], cand.per_query.loc[ids])
+                if d.changed]
     result.lost_at_baseline = _stage_counts(base, ids)
     result.lost_at_candidate = _stage_counts(cand, ids)
     result.severe_drops = severe_drops(base, cand, options.severe_drop)
@@ -584,7 +699,7 @@ def severe_drops(base: Side, cand: Side, drop: float) -> list[dict[str, Any]] | 
     a, b = per_query_values(base.per_query, "mrr"), per_query_values(cand.per_query, "mrr")
     if a is None or b is None:
         return None
-    ids = a.index.intersection(b.index)
+    ids = paired_ids(base, cand)
     out = [{"query_id": str(q), "rr_baseline": float(a[q]), "rr_candidate": float(b[q])}
            for q in ids if float(a[q]) - float(b[q]) >= drop - 1e-12]
     return sorted(out, key=lambda d: (d["rr_candidate"] - d["rr_baseline"], d["query_id"]))
@@ -612,6 +727,12 @@ def inconclusive_text(c: Check) -> str:
     more = (f"about {c.queries_needed - c.n} more paired queries ({c.queries_needed} in all) "
             "would decide it" if c.queries_needed and c.n else "more queries would decide it")
     ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "?"
+    if c.mode == "superiority":
+        if not c.queries_needed:
+            more = ("the observed change is not past the margin: more queries would not show "
+                    "it better")
+        return (f"`{c.metric}` Δ {c.delta:+.4f}, 95% CI {ci}: not shown better by more than "
+                f"the margin {c.margin:g} (superiority): {more}")
     return (f"`{c.metric}` Δ {c.delta:+.4f}, 95% CI {ci} reaches past the margin {c.margin:g} "
             f"the wrong way: {more}")
 
@@ -640,16 +761,20 @@ def render_markdown(result: GateResult) -> str:
                          f"`{d['query_id']}` {d['rr_baseline']:.3f} -> {d['rr_candidate']:.3f}"
                          for d in r.severe_drops[:10])
                      + (", …" if len(r.severe_drops) > 10 else ""))
+    if r.coverage_failed:
+        lines.append("Coverage lost: the candidate lacks what the baseline measured: "
+                     + coverage_text(r.coverage_lost))
     if r.inconclusive:
         lines.append("Inconclusive (neither a regression nor ruled out): " + "; ".join(
             inconclusive_text(c) for c in r.inconclusive))
-    if r.regressions or r.improvements or r.guard_failed or r.inconclusive:
+    if r.regressions or r.improvements or r.guard_failed or r.inconclusive or r.coverage_failed:
         lines.append("")
     lines += ["| check | baseline | candidate | Δ | margin | p | p (Holm) | 95% CI of Δ | n | verdict |",
               "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for c in r.checks:
         ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "—"
-        arrow = " (lower is better)" if c.lower_is_better else ""
+        arrow = (" (lower is better)" if c.lower_is_better else "") + \
+            (" (superiority)" if c.mode == "superiority" else "")
         lines.append(f"| `{c.metric}`{arrow} | {_num(c.baseline)} | {_num(c.candidate)} | "
                      f"{c.delta:+.4f} | {c.margin:g} | {_p(c.p)} | {_p(c.p_holm)} | {ci} | "
                      f"{c.n if c.n is not None else '—'} | {VERDICT_TEXT[c.verdict]} |")
@@ -698,8 +823,8 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
     r = result
     guard = r.severe_drops is not None and r.options.max_severe_drops >= 0
-    fails = len(r.regressions) + int(r.guard_failed)
-    n_tests = len(r.checks) + int(guard)
+    fails = len(r.regressions) + int(r.guard_failed) + int(r.coverage_failed)
+    n_tests = len(r.checks) + int(guard) + int(r.options.coverage)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
                           tests=str(n_tests), failures=str(fails), errors="0", skipped=str(len(r.inconclusive)))
@@ -726,6 +851,14 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
                      if r.severe_drops else ""))
         if r.guard_failed:
             ET.SubElement(case, "failure", message=detail, type="severe_drops").text = detail
+        ET.SubElement(case, "system-out").text = detail
+    if r.options.coverage:  # the coverage guard: its own test case
+        case = ET.SubElement(suite, "testcase", classname="rag.gate", name="coverage", time="0")
+        detail = ("the candidate lacks what the baseline measured: "
+                  + coverage_text(r.coverage_lost, limit=1000)) if r.coverage_lost else \
+            "the candidate measures every query, tag and gated metric the baseline does"
+        if r.coverage_failed:
+            ET.SubElement(case, "failure", message=detail, type="coverage").text = detail
         ET.SubElement(case, "system-out").text = detail
     root.set("tests", str(n_tests)); root.set("failures", str(fails)); root.set("errors", "0")  # noqa: E702
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
@@ -780,6 +913,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-severe-drops", type=int, default=d.max_severe_drops, metavar="N",
                    help="fail when more than N queries drop severely, whatever the means say "
                         f"(default {d.max_severe_drops}; -1: no per-query guard)")
+    p.add_argument("--superior", action="append", default=None, metavar="M[,M...]",
+                   help="gate these metrics for superiority: the candidate must be shown "
+                        "better by more than the margin, else the check is inconclusive "
+                        "(repeatable; the other metrics are gated for non-inferiority)")
+    p.add_argument("--mode", choices=("non-inferiority", "superiority"), default=None,
+                   help="superiority: every gated metric as --superior (default: "
+                        "non-inferiority: pass unless a drop beyond the margin is not ruled out)")
+    p.add_argument("--no-coverage-guard", dest="coverage", action="store_false",
+                   help="do not fail when the candidate lacks queries, tags or gated metrics "
+                        "the baseline has (they are still listed)")
     p.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="write the markdown summary here (default: print it)")
@@ -832,7 +975,16 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
     drop = getattr(args, "severe_drop", d.severe_drop)
     if not (math.isfinite(drop) and 0 < drop <= 1):
         raise GateError(f"--severe-drop must be in (0, 1], got {drop}")
+    superior = tuple(dict.fromkeys(m.strip() for v in (getattr(args, "superior", None) or [])
+                                   for m in v.split(",") if m.strip()))
+    unknown = [m for m in superior if m not in metrics]
+    if unknown:
+        raise GateError(f"--superior {unknown[0]!r} is not a gated metric (gated: "
+                        f"{', '.join(metrics)})")
+    if getattr(args, "mode", None) == "superiority":
+        superior = metrics
     return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
+                       superior=superior, coverage=getattr(args, "coverage", d.coverage),
                        alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags,
                        severe_drop=drop,
                        max_severe_drops=getattr(args, "max_severe_drops", d.max_severe_drops))
@@ -1032,6 +1184,8 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
               f"{len(result.improvements)} improvement(s)"
               + (f", {len(result.inconclusive)} inconclusive" if result.inconclusive else "")
               + (f", {len(result.severe_drops)} severe drop(s)" if result.guard_failed else "")
+              + (f", coverage lost: {coverage_text(result.coverage_lost, limit=3)}"
+                 if result.coverage_failed else "")
               + f"); summary in {args.markdown}")
     else:
         print(md, end="")

@@ -24,7 +24,8 @@ from rag.core.progress import progress_iter
 from rag.eval.abstention import calibrate_abstention
 from rag.eval.attribution import row_columns, stage_metrics, trace_result
 from rag.eval.chunk_metrics import chunk_metrics
-from rag.eval.golden import CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, overlap_ok
+from rag.eval.golden import (CorpusUnits, GoldenQuery, GoldenSet, Label, Ranges, judgement_digest,
+                             overlap_ok)
 from rag.eval.metric_names import tag_metric
 from rag.eval.metrics import evaluate_run, first_relevant_rank, mean_metrics, percentile, rank
 from rag.search.pipeline import STAGES, Hit, SearchPipeline
@@ -395,6 +396,7 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
         texts = res.hit_texts
         row: dict[str, Any] = {
             "query_id": q.id, "kind": kind, "query": q.query, "tags": ",".join(q.tags),
+            "judgement_digest": judgement_digest(q),
             "route": res.route, "returned_as": returned_as(res), "dropped": res.dropped,
             "weak_match": res.weak_match, "n_hits": len(res.hits), "reason": res.reason or "",
             "top_rerank": res.top_rerank, **(res.signals or {}), "gate_score": res.gate_score,

@@ -606,6 +606,30 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                      units=units, unindexed=moved, subtree=subtree)
 
 
+JUDGEMENT_DIGEST_CHARS = 16
+
+
+def judgement_digest(query: "GoldenQuery | NegativeQuery") -> str:
+    """What a query asks and how it is judged, as 16 hex characters of SHA-256: its text, its
+    kind, and for a positive every relevant, unresolved and not-relevant unit (doc key and
+    grade), in a canonical order. Two rows whose golden sets differ can still be paired on the
+    queries whose digests agree (``rag gate``'s coverage guard): the same id with another
+    digest is a query that was relabelled or reworded, not the same measurement.
+    Independent of provenance (``source:``), line numbers in the file and the order of labels.
+    """
+    h = hashlib.sha256()
+    h.update(query.query.encode() + b"\0")
+    if isinstance(query, GoldenQuery):
+        h.update(b"positive\0")
+        for what, labels in (("relevant", (*query.relevant, *query.unresolved)),
+                             ("not_relevant", query.not_relevant)):
+            for key, grade in sorted((lab.doc_key, lab.grade) for lab in labels):
+                h.update(f"{what}\t{key}\t{grade}\0".encode())
+    else:
+        h.update(b"negative\0")
+    return h.hexdigest()[:JUDGEMENT_DIGEST_CHARS]
+
+
 def trec_docno(doc_id: str) -> str:
     """A doc id as a TREC docno (one whitespace-free field): ``%`` and whitespace (in Markdown
     section symbols) are percent-encoded, reversibly (``docs/a.rst#The Salt`` ->

@@ -253,6 +253,88 @@ def test_sides_that_cannot_be_compared():
         compare(side(t, "row a"), side(t), GateOptions(metrics=("nope",)))
 
 
+def digested(frame: pd.DataFrame, changed=()) -> pd.DataFrame:
+    """``frame`` with a judgement digest per query (``d-<id>``; ``x-<id>`` for ``changed``)."""
+    return frame.assign(judgement_digest=[("x-" if q in changed else "d-") + q
+                                          for q in frame.index])
+
+
+def test_coverage_guard_names_the_queries_tags_and_metrics_the_candidate_lacks():
+    tags = ["prose"] * 8 + ["api"] * 2
+    base = digested(table(10, tags))
+    # another golden set: q8, q9 (every "api" query) removed, q3 relabelled
+    cand = digested(table(10, tags), changed=("q3",)).drop(index=["q8", "q9"])
+    r = compare(side(base, "row a"), side(cand, golden="g2"), GateOptions(metrics=("mrr",)))
+    assert r.coverage_lost == [{"kind": "query", "name": "q3", "why": "relabelled"},
+                               {"kind": "query", "name": "q8", "why": "missing"},
+                               {"kind": "query", "name": "q9", "why": "missing"},
+                               {"kind": "tag", "name": "api", "why": "missing"}]
+    # the means are identical on the 7 queries judged the same way; the guard alone fails it
+    assert [(c.metric, c.n, c.verdict) for c in r.checks] == [("mrr", 7, WITHIN_MARGIN)]
+    assert r.coverage_failed and r.exit_code == EXIT_REGRESSION and r.verdict == "regression"
+    md = render_markdown(r)
+    assert "Coverage lost: the candidate lacks what the baseline measured: 3 queries (q3 " \
+        "relabelled, q8, q9), 1 tag (api)" in md
+    assert "queries are paired where their judgements agree" in md
+    root = ET.fromstring(render_junit(r))
+    assert ("coverage", True, False) in cases(root)
+    assert json.loads(json.dumps(r.as_json()))["coverage_lost"][1] == \
+        {"kind": "query", "name": "q8", "why": "missing"}
+    # switched off: listed, not failed
+    off = compare(side(base, "row a"), side(cand, golden="g2"),
+                  GateOptions(metrics=("mrr",), coverage=False))
+    assert off.exit_code == EXIT_PASS and len(off.coverage_lost) == 4
+    assert not any(n == "coverage" for n, _, _ in cases(ET.fromstring(render_junit(off))))
+    # a gated metric the baseline has and the candidate lacks: by name, not "cannot compare"
+    lacking = compare(side(base, "row a"), side(cand.drop(columns=["ndcg_at_10"])),
+                      GateOptions(metrics=("mrr", "ndcg_at_10")))
+    assert {"kind": "metric", "name": "ndcg_at_10", "why": "missing"} in lacking.coverage_lost
+    assert [c.metric for c in lacking.checks] == ["mrr"] and lacking.exit_code == EXIT_REGRESSION
+    # the same golden set, every query kept: nothing lost
+    same = compare(side(base, "row a"), side(base), GateOptions(metrics=("mrr",)))
+    assert same.coverage_lost == [] and same.exit_code == EXIT_PASS
+    # other golden sets without digests cannot be paired: still refused
+    with pytest.raises(GateError, match="no per-query judgement digests"):
+        compare(side(table(), "row a"), side(table(), golden="g2"))
+
+
+def test_superiority_passes_only_a_gain_shown_past_the_margin():
+    base = table(12, mrr=[0.5] * 12)
+    opts = GateOptions(metrics=("mrr",), superior=("mrr",), max_severe_drops=-1)
+    # the same values: within the margin is no longer enough
+    same = compare(side(base, "row a"), side(base), opts)
+    assert same.checks[0].verdict == INCONCLUSIVE and same.exit_code == EXIT_INCONCLUSIVE
+    assert same.checks[0].queries_needed is None and same.checks[0].mode == "superiority"
+    assert "more queries would not show it better" in render_markdown(same)
+    # +0.5 on every query: exact p = 2/2^12, shown better
+    better = compare(side(base, "row a"), side(table(12, mrr=[1.0] * 12)), opts)
+    assert better.checks[0].verdict == IMPROVEMENT and better.exit_code == EXIT_PASS
+    # +0.5 on 2 of 12 queries: a gain past the margin (0.0833) that 12 pairs cannot show;
+    # the 95% CI is [0, 0.1667] (bootstrap), half-width ~0.0833: about 12 * (0.0833 /
+    # (0.0833 - 0.01))^2 ~ 15.5 pairs would clear +0.01
+    some = compare(side(base, "row a"), side(table(12, mrr=[1.0] * 2 + [0.5] * 10)), opts)
+    c = some.checks[0]
+    assert c.verdict == INCONCLUSIVE and some.exit_code == EXIT_INCONCLUSIVE
+    half = (c.ci_high - c.ci_low) / 2
+    assert c.queries_needed == max(13, math.ceil(12 * (half / (c.delta - 0.01)) ** 2))
+    # non-inferiority (the default) passes the same values
+    assert compare(side(base, "row a"), side(base), GateOptions(
+        metrics=("mrr",), max_severe_drops=-1)).exit_code == EXIT_PASS
+
+
+def test_superiority_options_from_the_command_line():
+    from rag.app.cli import build_parser
+    from rag.app.gate import options_from_args
+
+    parse = lambda *a: options_from_args(build_parser().parse_args(["gate", "A", "B", *a]))  # noqa: E731
+    assert parse().superior == () and parse().coverage is True
+    assert parse("--superior", "mrr").superior == ("mrr",)
+    assert parse("--mode", "superiority").superior == GateOptions().metrics
+    assert parse("--no-coverage-guard").coverage is False
+    with pytest.raises(GateError, match="--superior 'nope' is not a gated metric"):
+        parse("--superior", "nope")
+
+
 def test_merge_overrides_drops_where_the_baseline_was_logged():
     assert merge_overrides(["search.mode=bm25", "x=1", "tracking.uri=sqlite:///a.db",
                             "tracking.run_name=base"], ["search.mode=dense"]) == \
@@ -329,9 +411,10 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
                                     tmp_path)
     assert code == EXIT_PASS and err == []
     assert out.startswith("rag gate: pass (0 regression(s), 0 improvement(s)); summary in ")
-    # 4 metric checks and the per-query guard
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "0", "0")
-    assert cases(root) == [(m, False, False) for m in (*GateOptions().metrics, "severe_drops")]
+    # 4 metric checks, the per-query guard and the coverage guard
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "0", "0")
+    assert cases(root) == [(m, False, False)
+                           for m in (*GateOptions().metrics, "severe_drops", "coverage")]
     assert md.startswith("## rag gate: PASS\n")
     assert f"- baseline: row {ids['base'][:8]} (corpus shop, golden set g1)" in md
     assert md.count("| within margin |") == 4
@@ -341,9 +424,9 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
     assert code == EXIT_REGRESSION and err == []
     # no query of the drop row loses 0.9 of its reciprocal rank: the per-query guard passes,
     # as its own test case
-    assert (root.get("tests"), root.get("failures")) == ("5", "1")
+    assert (root.get("tests"), root.get("failures")) == ("6", "1")
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "1", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "0")
     assert ("mrr", True, False) in cases(root) and sum(f for _, f, _ in cases(root)) == 1
     failure = next(c for c in root.iter("testcase") if c.get("name") == "mrr").find("failure")
     assert "delta -0.5000" in failure.get("message") and failure.get("type") == REGRESSION
@@ -419,7 +502,7 @@ def test_against_an_expectation_with_and_without_a_pinned_table(store, capsys, t
     # no per-query table pinned: the margin alone decides, and the output says so
     code, _, _, root, md = gate([str(exp), ids["drop"], "--tracking-uri", uri], capsys, tmp_path)
     assert code == EXIT_REGRESSION and "margin only" in md and "| — | — |" in md
-    assert (root.get("tests"), root.get("failures")) == ("4", "1")
+    assert (root.get("tests"), root.get("failures")) == ("5", "1")  # 4 checks, coverage
     code, *_ = gate([str(exp.parent), ids["same"], "--tracking-uri", uri], capsys, tmp_path)
     assert code == EXIT_PASS  # the golden directory holding it names it too
 
@@ -621,7 +704,7 @@ def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, ca
                                   capsys, tmp_path)
     assert code == EXIT_PASS and err == []
     # 4 metrics x (headline + money, prose, symbol)
-    assert (root.get("tests"), root.get("failures")) == ("17", "0")  # and the guard
+    assert (root.get("tests"), root.get("failures")) == ("18", "0")  # and the two guards
     assert md.count("| within margin |") == 16 and "positives changed" not in md
 
     code, _, err, root, md = gate([ids["hybrid"], ids["floor"], "--tracking-uri", uri], capsys,
@@ -671,8 +754,8 @@ def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     assert proc.returncode == EXIT_PASS, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert proc.stdout.startswith("rag gate: pass")
     root = ET.parse(junit).getroot()
-    # 4 metric checks and the per-query guard
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "0", "0")
+    # 4 metric checks, the per-query and the coverage guards
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "0", "0")
     text = md.read_text()
     assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 4 paired checks" in text
     assert "fresh run: -m rag.run corpus.name=tinyshop" in proc.stderr

@@ -356,3 +356,29 @@ def test_typescript_method_labels_are_checked_against_the_chunker(tmp_path: Path
     assert len(err.value.problems) == 1
     assert err.value.problems[0].startswith(f"{golden / 'queries.yaml'}:10:")  # the label's line
     assert "ZodString.nope" in err.value.problems[0]
+
+
+def test_judgement_digest_is_what_is_asked_and_judged_not_where_or_by_whom():
+    import hashlib
+
+    from rag.eval.golden import GoldenQuery, Label, NegativeQuery, judgement_digest
+
+    a, b = Label(path="a.py", symbol="f"), Label(path="b.py", grade=2, source="hand")
+    q = GoldenQuery(id="q1", query="where is f", tags=("prose",), relevant=(a, b), line=3)
+    # by hand: sha256 of the text, the kind, then the sorted (doc key, grade) pairs
+    want = hashlib.sha256(b"where is f\0positive\0relevant\ta.py#f\t1\0relevant\tb.py\t2\0")
+    assert judgement_digest(q) == want.hexdigest()[:16]
+    # label order, line, tags and provenance do not change it
+    moved = GoldenQuery(id="q1", query="where is f", tags=(), line=40,
+                        relevant=(Label(path="b.py", grade=2, source="review:pool"), a))
+    assert judgement_digest(moved) == judgement_digest(q)
+    # a grade, a label, a not-relevant judgement or the text does
+    for other in (GoldenQuery(id="q1", query="where is f", tags=(), relevant=(a,)),
+                  GoldenQuery(id="q1", query="where is f", tags=(),
+                              relevant=(a, Label(path="b.py", grade=1))),
+                  GoldenQuery(id="q1", query="where is f", tags=(), relevant=(a, b),
+                              not_relevant=(Label(path="c.py"),)),
+                  GoldenQuery(id="q1", query="where is g", tags=(), relevant=(a, b))):
+        assert judgement_digest(other) != judgement_digest(q)
+    neg = NegativeQuery(id="n1", query="where is f")
+    assert judgement_digest(neg) == hashlib.sha256(b"where is f\0negative\0").hexdigest()[:16]
