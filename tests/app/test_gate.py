@@ -740,6 +740,32 @@ def test_fixture_rows_diff_names_the_losing_stage(fixture_rows, capsys):
     assert "0 changed" in out
 
 
+def test_fixture_rows_diff_html_shows_both_rankings_of_every_query(fixture_rows, capsys,
+                                                                    tmp_path):
+    from rag.app.cli import main
+
+    uri, ids = fixture_rows
+    out = tmp_path / "page" / "diff.html"
+    assert main(["diff", ids["hybrid"], ids["floor"], "--html", str(out), "--json",
+                 "--tracking-uri", uri]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert captured.err.startswith(f"wrote {out} (")
+    page = out.read_text()
+    n = len(summary["per_query"])
+    assert page.count('<section class="query') == n and page.count('<div class="side">') == 2 * n
+    # every ranking of both rows is there (abstention never moves it: the same hits)
+    assert page.count('<ol class="hits">') == 2 * n
+    assert f"A (row {ids['hybrid'][:8]})" in page and f"B (row {ids['floor'][:8]})" in page
+    assert "<mark>" in page and 'class="hit relevant"' in page  # texts and labels are here
+    assert not list(out.parent.glob(".*tmp*"))
+    # an unwritable page: one line, nothing compared
+    assert main(["diff", ids["hybrid"], ids["floor"], "--html", str(tmp_path),
+                 "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: cannot write {tmp_path}: it is a directory"]
+
+
 @pytest.mark.slow
 def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     """The gate `make test` runs: `rag gate golden/expected.yaml --fresh` re-runs the fixture's

@@ -16,6 +16,10 @@ def add_parser(sub):
     p.add_argument("run_a", help="baseline run id (or a unique prefix, e.g. from reports/ledger.md)")
     p.add_argument("run_b", help="the other run id (or a unique prefix)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write a self-contained page with both rankings side by side "
+                        "per query (most changed first; hit scores, losing stage, chunk text "
+                        "with the query's terms highlighted)")
     p.add_argument("--top", type=int, default=10, help="queries listed as moved most (default 10)")
     p.add_argument("--changed-only", action="store_true",
                    help="list only the queries whose rank, losing stage or answer changed")
@@ -23,6 +27,43 @@ def add_parser(sub):
                    help="rich tables: auto = on a terminal (default), plain text otherwise")
     add_tracking_uri_argument(p)
     return p
+
+
+def check_writable(path: str) -> None:
+    """Refuse an ``--html`` path that cannot be written before anything is read.
+
+    Raises:
+        OSError: a directory, or a parent that cannot be made (one line).
+    """
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise OSError(f"cannot write {path}: it is a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed into place (a failed write
+    leaves no partial page).
+
+    Raises:
+        OSError: ``cannot write PATH: reason``.
+    """
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, p)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run(args, rest, parser) -> int:
@@ -37,11 +78,21 @@ def run(args, rest, parser) -> int:
     from rag.ledger.diff import DiffError, compare_rows, print_rich, render_text
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
+    from rag.ledger.diff_html import DiffPageError, page_inputs, render_html
+
     uri = default_tracking_uri(args.tracking_uri)
     try:
-        summary = compare_rows(Ledger(uri, create=False), args.run_a, args.run_b, top=args.top,
+        if args.html:
+            check_writable(args.html)
+        ledger = Ledger(uri, create=False)
+        summary = compare_rows(ledger, args.run_a, args.run_b, top=args.top,
                                changed_only=args.changed_only)
-    except (LookupError, LedgerError, DiffError) as exc:
+        if args.html:
+            page = render_html(summary, page_inputs(ledger, summary["run_a"], summary["run_b"]))
+            write_text(args.html, page)
+            print(f"wrote {args.html} ({len(summary['per_query'])} queries side by side)",
+                  file=sys.stderr)
+    except (LookupError, LedgerError, DiffError, DiffPageError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # a closed stdout (`rag diff ... | head`) raises BrokenPipeError: guarded (rag.app.cli.main)
