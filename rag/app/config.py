@@ -409,6 +409,11 @@ class TrackingConfig:
     report_path: str = "reports/ledger.md"
     # Free-form label shown in reports (e.g. the sweep job's name).
     run_name: Optional[str] = None
+    # Retries of each request to a tracking server (http(s)://), 0-10: null is
+    # $RAG_TRACKING_SERVER_RETRIES, else 2 (rag.ledger.mlflow_store.SERVER_RETRIES: about 2 s
+    # against a server answering 5xx or refusing, about 32 s against one that never answers);
+    # then the run fails with one line, its row marked FAILED where the server still answers.
+    server_retries: Optional[int] = None
 
 
 @dataclass

@@ -329,9 +329,49 @@ def sweep_tags(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> dict[str, 
         tags["sweep_job_num"] = str(ctx["job_num"])
     tags["sweep_job"] = job_label(overrides, varying)
     tags["sweep_baseline_job"] = baseline_label(overrides, varying, str(cfg.sweep.baseline or ""))
+    # the baseline is the job whose own values are the baseline's: a label match alone is not
+    # enough (with no varying keys known, every job's label is "(defaults)")
     tags["is_baseline"] = str(bool(cfg.sweep.baseline)
-                              and tags["sweep_job"] == tags["sweep_baseline_job"]).lower()
+                              and tags["sweep_job"] == tags["sweep_baseline_job"]
+                              and baseline_values_differ(cfg, overrides) is None).lower()
     return tags
+
+
+def baseline_values_differ(cfg: DictConfig, overrides: list[str]) -> str | None:
+    """Why this job is not its sweep's baseline (``sweep.baseline``, e.g.
+    ``search.mode=dense``), judged on its own overrides and resolved config
+    (:func:`rag.ledger.sweep.baseline_mismatch`), or None when its values are the baseline's."""
+    from rag.ledger.mlflow_store import param_value
+    from rag.ledger.sweep import baseline_mismatch
+
+    params = {}
+    for pair in str(cfg.sweep.baseline or "").split():
+        key = pair.split("=", 1)[0].lstrip("+~")
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not isinstance(value, DictConfig):
+            params[key] = param_value(getattr(value, "value", value))
+    return baseline_mismatch({"hydra_overrides": json.dumps(list(overrides)),
+                              "sweep_baseline": str(cfg.sweep.baseline or "")}, params)
+
+
+def check_sweep_opened(cfg: DictConfig, ctx: dict[str, Any] | None = None) -> None:
+    """In a multirun of a named sweep that logs rows, the sweep callback must have opened the
+    sweep (its parent run and ``sweep.json``) before this job: a row without it would belong
+    to no sweep and be compared with nothing, or with the wrong baseline.
+
+    Raises:
+        RunError: no ``sweep.json`` in the multirun directory.
+    """
+    from rag.app.config import sweep_name
+    from rag.ledger.sweep import SWEEP_FILE
+
+    ctx = ctx if ctx is not None else _sweep_context()
+    name = sweep_name(cfg)
+    if "sweep_dir" not in ctx or not name or not cfg.tracking.enabled or ctx.get("file"):
+        return
+    raise RunError(f"sweep {name}: {Path(ctx['sweep_dir']) / SWEEP_FILE} is missing: the sweep "
+                   "callback (hydra.callbacks.sweep) did not open the sweep's parent run, so "
+                   "this job's row would belong to no sweep; no row written")
 
 
 def open_ledger(cfg: DictConfig):
@@ -344,7 +384,8 @@ def open_ledger(cfg: DictConfig):
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
     try:
-        return Ledger(ledger_uri(cfg), output_path(cfg, cfg.tracking.artifact_root))
+        return Ledger(ledger_uri(cfg), output_path(cfg, cfg.tracking.artifact_root),
+                      retries=cfg.tracking.get("server_retries"))
     except LedgerError as exc:
         raise RunError(str(exc)) from None
 
@@ -401,6 +442,7 @@ def run_job(cfg: DictConfig, *, stages: StageCache | None = None) -> dict[str, f
     """
     timing = Timing()
     check_config(cfg)
+    check_sweep_opened(cfg)
     # the ledger is opened (created, migrated) before any work, so that a store that cannot
     # be reached fails the run now, in one line, not after the whole evaluation
     ledger = open_ledger(cfg) if cfg.tracking.enabled else None
@@ -709,6 +751,8 @@ def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, re
                                     profile={"positives": len(golden.positives),
                                              "negatives": len(golden.negatives),
                                              "tags": list(golden.tags)})])
+    except LedgerError as exc:  # the store failed: one line (the row marked FAILED if it could be)
+        raise RunError(str(exc)) from None
     finally:
         import shutil
 
@@ -730,6 +774,11 @@ def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, re
     return run_id
 
 
+#: the one-line errors of the jobs of this process's multirun that wrote no row (appended by
+#: :func:`main`; read once by the entry point after ``hydra.main`` returns)
+FAILED_JOBS: list[str] = []
+
+
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns MRR so a sweeper can optimise on it."""
@@ -745,18 +794,41 @@ def main(cfg: DictConfig) -> float:
         metrics = run_job(cfg)
     except PeerSkipped as exc:
         print(f"skipped: {exc}", file=sys.stderr)
+        _note_outcome("skipped", str(exc))
         return 0.0
     except BaseException as exc:
-        ctx = _sweep_context()
         if not isinstance(exc, RunError):
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        if "sweep_dir" in ctx:
-            raise  # in a multirun: this job fails, the others still run
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        if _note_outcome("failed", str(exc)):
+            # in a multirun: this job wrote no row and the others still run; the sweep's end
+            # marks the sweep incomplete and exits 2 (rag/app/sweep_callback.py), and so does
+            # the entry point below when no callback did
+            FAILED_JOBS.append(str(exc))
+            return 0.0
+        if "sweep_dir" in _sweep_context():
+            raise  # the multirun directory cannot be written: Hydra fails the job
         from rag.core.exit_codes import ExitCode
 
         sys.exit(ExitCode.ERROR)
     return metrics.get("mrr", 0.0)
+
+
+def _note_outcome(outcome: str, message: str) -> bool:
+    """In a multirun, note in its directory that this job wrote no row and why
+    (:func:`rag.ledger.sweep.record_job_outcome`); True when noted, False outside a multirun
+    or when the directory cannot be written."""
+    from rag.ledger.sweep import record_job_outcome
+
+    ctx = _sweep_context()
+    if "sweep_dir" not in ctx:
+        return False
+    try:
+        record_job_outcome(ctx["sweep_dir"], ctx.get("job_num", "?"), outcome=outcome,
+                           message=message)
+    except OSError:
+        return False
+    return True
 
 
 if __name__ == "__main__":
@@ -769,4 +841,9 @@ if __name__ == "__main__":
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(ExitCode.ERROR)
-    sys.exit(guarded(lambda: main() and None))  # hydra.main returns nothing; MRR is for sweepers
+    status = guarded(lambda: main() and None)  # hydra.main returns nothing; MRR is for sweepers
+    if status == ExitCode.OK and FAILED_JOBS:  # a multirun whose sweep callback did not say so
+        print(f"error: {len(FAILED_JOBS)} job(s) of the multirun failed and wrote no row "
+              f"(first: {FAILED_JOBS[0]})", file=sys.stderr)
+        status = ExitCode.ERROR
+    sys.exit(status)

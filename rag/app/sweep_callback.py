@@ -1,20 +1,30 @@
 """The Hydra callback around a multirun (conf/config.yaml ``hydra.callbacks.sweep``): the
-sweep's parent run(s) and ``sweep.json`` before the jobs, the prebuild of every index
-(rag/app/prebuild.py), and at the end the significance, summaries and report
-(rag/ledger/sweep.py holds what is computed from the ledger). Application layer: it reads the
-whole composed config.
+store checked (reachable, writable, schema ready) and the sweep's parent run(s) and
+``sweep.json`` written before the jobs, the prebuild of every index (rag/app/prebuild.py), and
+at the end the significance, summaries and report (rag/ledger/sweep.py holds what is computed
+from the ledger). Application layer: it reads the whole composed config.
+
+Hydra turns an exception raised by a callback into a warning and runs the jobs anyway
+(``hydra._internal.callbacks.Callbacks._notify`` catches ``Exception``), which would log rows
+that belong to no sweep. So every failure here is caught by :meth:`SweepCallback._fatal`:
+one ``error:`` line, the parent runs marked FAILED where the store still answers, and
+``SystemExit`` (not an ``Exception``: it passes through Hydra) with status 2. A job that could
+not run (:class:`rag.core.errors.RunError`) notes it in the multirun directory
+(:func:`rag.ledger.sweep.record_job_outcome`); at the end the sweep is marked incomplete (its
+parent FAILED) and the command exits 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from rag.ledger.sweep import (SWEEP_FILE, log_sweep_summary, new_sweep_id, suite_summary,
-                              sweep_significance)
+from rag.ledger.sweep import (SWEEP_FILE, log_sweep_summary, new_sweep_id, read_job_outcomes,
+                              suite_summary, sweep_significance)
 
 try:
     from hydra.experimental.callback import Callback
@@ -102,42 +112,138 @@ def check_repository_suite(config: Any) -> None:
         raise SystemExit(2) from None
 
 
+def planned_jobs(config: Any) -> int | None:
+    """How many jobs Hydra's basic sweeper will launch for this multirun (the product of the
+    values of every swept key: ``hydra.sweeper.params`` and the command line, parsed as
+    ``BasicSweeper.sweep`` parses them); None for another sweeper or what cannot be parsed."""
+    target = str(config.hydra.sweeper.get("_target_", ""))
+    if not target.endswith("BasicSweeper"):
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+        parsed = OverridesParser.create().parse_overrides(
+            params + [str(o) for o in config.hydra.overrides.task])
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except Exception:  # noqa: BLE001 - a glob sweep needs the config loader: not counted
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    """A failure of the callback as one line: the message of rag's own errors, else the
+    exception's type and first message line."""
+    from rag.core.errors import RunError
+    from rag.ledger.mlflow_store import LedgerError, one_line
+
+    if isinstance(exc, (RunError, LedgerError, ValueError)):
+        return one_line(exc, 500)
+    return f"{type(exc).__name__}: {one_line(exc, 400)}"
+
+
 class SweepCallback(Callback):  # type: ignore[misc]
-    """Hydra callback: sweep id, experiment and parent run before the jobs; summary after."""
+    """Hydra callback: the store checked, then sweep id, experiment and parent run before the
+    jobs; summary after. Any failure stops the command (:meth:`_fatal`)."""
 
     def __init__(self, prebuild: bool = True) -> None:
         # (uri, corpus -> parent run, sweep id, corpus -> experiment id)
         self._open: tuple[str, dict[str, str], str, dict[str, str]] | None = None
         self._names: dict[str, str] = {}  # corpus -> experiment name
+        self._retries: int | None = None  # tracking.server_retries
+        self._planned: int | None = None  # jobs the sweeper will launch (planned_jobs)
         # build every distinct index of the sweep once, before any job (rag/app/prebuild.py);
         # off with +hydra.callbacks.sweep.prebuild=false
         self.prebuild = prebuild
+
+    @contextlib.contextmanager
+    def _fatal(self, when: str) -> Iterator[None]:
+        """Turn any failure inside into one ``error:`` line and ``SystemExit(2)`` (which
+        Hydra does not swallow), after marking the open parent runs FAILED where the store
+        still answers (within its retry budget)."""
+        from rag.core.exit_codes import ExitCode
+
+        try:
+            yield
+        except SystemExit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure ends the command, in one line
+            self._abandon()
+            print(f"error: {_one_line(exc)} ({when})", file=sys.stderr, flush=True)
+            raise SystemExit(int(ExitCode.ERROR)) from None
+
+    def _abandon(self) -> None:
+        """Mark the open parent runs FAILED (best effort) and forget them."""
+        if self._open is None:
+            return
+        uri, parents, _, _ = self._open
+        self._open = None
+        try:
+            from rag.ledger.mlflow_store import Ledger
+
+            ledger = Ledger(uri, retries=self._retries)
+            for parent_id in parents.values():
+                ledger.mark_failed(parent_id)
+        except Exception:  # noqa: BLE001 - the store is what failed: the parents stay RUNNING
+            pass
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from rag.app.config import sweep_name
 
         check_repository_suite(config)  # a bad dataset: one line, exit 2, no parent run
 
-        name = sweep_name(config)
-        if name and config.tracking.enabled:
-            self._open_sweep(config, name)
+        with self._fatal("checked before the first job: no job was run, no row written"):
+            self._planned = planned_jobs(config)
+            if config.tracking.enabled:
+                self._check_store(config)
+            name = sweep_name(config)
+            if name and config.tracking.enabled:
+                self._open_sweep(config, name)
         if self.prebuild:
             try:
-                self._prebuild(config)
+                pre = self._prebuild(config)
             except Exception as exc:  # noqa: BLE001 - without it every job builds its own
                 print(f"warning: sweep prebuild failed ({type(exc).__name__}: {exc}); each job "
                       "builds its index itself", file=sys.stderr)
+                return
+            with self._fatal("logging the prebuild on the parent run: no job was run"):
+                self._log_prebuild(pre)
 
-    def _prebuild(self, config: Any) -> None:
-        """Build the sweep's indexes into the on-disk caches before any job starts, and log
-        ``sweep/chunks_embedded``, ``sweep/indexes_prebuilt`` and ``sweep/prebuild_s`` on the
-        parent run(s)."""
+    def _check_store(self, config: Any) -> None:
+        """The store of ``tracking.uri`` is reachable, its schema ready (opening creates or
+        migrates a SQLite store and reads it) and it takes a write, for every experiment the
+        jobs will log to (:meth:`rag.ledger.mlflow_store.Ledger.check_writable`).
+
+        Raises:
+            LedgerError: one line naming the store.
+        """
+        from rag.app.config import experiment_name, ledger_uri, output_path, register_configs
+        from rag.ledger.mlflow_store import Ledger
+
+        register_configs()
+        t = config.tracking
+        self._retries = t.get("server_retries")
+        ledger = Ledger(ledger_uri(config), output_path(config, t.artifact_root),
+                        retries=self._retries)
+        corpora = list(suite_corpora(config).values())
+        names = ([f"{t.experiment_prefix}-{c}" for c in corpora] if corpora
+                 else [experiment_name(config)])
+        for name in names:
+            ledger.check_writable(name)
+
+    def _prebuild(self, config: Any) -> Any:
+        """Build the sweep's indexes into the on-disk caches before any job starts."""
         from rag.app.prebuild import prebuild_sweep
 
         pre = prebuild_sweep(config)
         print(f"sweep prebuild: {pre.indexes()} index(es) built before the jobs, "
               f"{pre.chunks_embedded()} chunks embedded ({pre.seconds:.1f} s); every job reads "
               "them from the caches in paths.cache_dir", flush=True)
+        return pre
+
+    def _log_prebuild(self, pre: Any) -> None:
+        """Log ``sweep/chunks_embedded``, ``sweep/indexes_prebuilt`` and ``sweep/prebuild_s``
+        on the parent run(s)."""
         if self._open is None:
             return
         from mlflow.entities import Metric
@@ -145,7 +251,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         from rag.ledger.mlflow_store import Ledger
 
         uri, parents, _, _ = self._open
-        ledger = Ledger(uri)
+        ledger = Ledger(uri, retries=self._retries)
         now = int(time.time() * 1000)
         for corpus, parent_id in parents.items():
             only = corpus if len(parents) > 1 else None  # a suite: that corpus's indexes
@@ -165,7 +271,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         sweep_id = new_sweep_id(name)
         t = config.tracking
         uri = ledger_uri(config)
-        ledger = Ledger(uri, output_path(config, t.artifact_root))
+        ledger = Ledger(uri, output_path(config, t.artifact_root), retries=self._retries)
         # one experiment per corpus: the run's own, or every corpus of a suite (a semble
         # suite's repositories share one experiment: rag.app.config.experiment_name)
         corpora = list(suite_corpora(config).values())
@@ -182,6 +288,8 @@ class SweepCallback(Callback):  # type: ignore[misc]
                 "sweep_varying": " ".join(sorted(varying))}
         if config.suite.name:
             tags["suite"] = str(config.suite.name)
+        if self._planned is not None:
+            tags["sweep_jobs_planned"] = str(self._planned)
         parents = {c: ledger.client.create_run(e, run_name=f"sweep {sweep_id}", tags=tags).info.run_id
                    for c, e in exps.items()}
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -189,7 +297,8 @@ class SweepCallback(Callback):  # type: ignore[misc]
         first = next(iter(parents.values()))
         (sweep_dir / SWEEP_FILE).write_text(json.dumps({
             "sweep_id": sweep_id, "parent_run_id": first, "parent_run_ids": parents,
-            "varying": sorted(varying), "started_at": time.time()}))
+            "varying": sorted(varying), "started_at": time.time(),
+            "planned_jobs": self._planned}))
         self._open = (uri, parents, sweep_id, exps)
         self._names = names
         atexit.register(self._close_if_open)
@@ -207,7 +316,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         try:
             from rag.ledger.mlflow_store import Ledger
 
-            ledger = Ledger(uri)
+            ledger = Ledger(uri, retries=self._retries)
             try:
                 for exp_id in exps.values():
                     sweep_significance(ledger, exp_id, sweep_id)
@@ -253,8 +362,30 @@ class SweepCallback(Callback):  # type: ignore[misc]
                   f"repositories); by category, macro: {cats}")
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if self._open is None:
-            return
+        from rag.core.exit_codes import ExitCode
+
+        outcomes = read_job_outcomes(Path(str(config.hydra.sweep.dir)))
+        failed = [o for o in outcomes if o.get("outcome") == "failed"]
+        skipped = [o for o in outcomes if o.get("outcome") == "skipped"]
+        opened = self._open is not None
+        name = f"sweep {self._open[2]}" if opened else "multirun"
+        incomplete = None
+        if opened:
+            with self._fatal("at the sweep's end: the sweep is marked incomplete"):
+                incomplete = self._close(config, failed=failed, skipped=skipped)
+        if failed or incomplete:
+            what = incomplete or (f"{len(failed)} job(s) failed: " + "; ".join(
+                f"job {o.get('job')}: {o.get('message', '?')}" for o in failed[:3]))
+            print(f"error: {name}: {what}"
+                  + ("; the sweep is marked incomplete (its parent run FAILED)" if opened
+                     else "; no row was written for them"), file=sys.stderr, flush=True)
+            raise SystemExit(int(ExitCode.ERROR))
+
+    def _close(self, config: Any, *, failed: list[dict[str, str]],
+               skipped: list[dict[str, str]]) -> str | None:
+        """The sweep's end: significance, summaries, parent runs closed (FINISHED, or FAILED
+        with tag ``sweep_incomplete`` when a job failed or a planned row is missing) and the
+        report. Returns why the sweep is incomplete, or None."""
         uri, parents, sweep_id, exps = self._open
         from rag.app.config import output_path
         from rag.ledger.mlflow_store import Ledger
@@ -262,7 +393,17 @@ class SweepCallback(Callback):  # type: ignore[misc]
         from rag.app.report import write_report
 
         t = config.tracking
-        ledger = Ledger(uri, output_path(config, t.artifact_root))
+        ledger = Ledger(uri, output_path(config, t.artifact_root), retries=self._retries)
+        counts = {}
+        for corpus, exp_id in exps.items():
+            counts[corpus] = len(ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'"))
+        logged = sum(counts.values())
+        expected = None if self._planned is None else self._planned - len(skipped)
+        incomplete = (f"{len(failed)} job(s) failed: " + "; ".join(
+                          f"job {o.get('job')}: {o.get('message', '?')}" for o in failed[:3])
+                      if failed else
+                      f"{logged} of {expected} planned rows were logged"
+                      if expected is not None and logged < expected else None)
         suite_rows = []
         for corpus, exp_id in exps.items():
             sig = sweep_significance(ledger, exp_id, sweep_id)  # Holm within each corpus
@@ -286,11 +427,18 @@ class SweepCallback(Callback):  # type: ignore[misc]
                                    "sweep_significance.json")
             try:  # the summary table and the sweep's figures, on the parent run
                 log_sweep_summary(ledger, parents[corpus], [
-                    LedgerRow.from_mlflow(r, self._names[corpus]) for r in rows])
+                    LedgerRow.from_mlflow(r, self._names[corpus]) for r in rows],
+                    incomplete=incomplete)
             except Exception as exc:  # noqa: BLE001 - the rows and significance are logged
+                from rag.ledger.mlflow_store import _is_store_error
+
+                if _is_store_error(exc):
+                    raise  # the store failed: _fatal says so
                 print(f"warning: sweep {sweep_id}: summary table or figures not logged "
                       f"({type(exc).__name__}: {exc})", file=sys.stderr)
             ledger.client.set_tag(parents[corpus], "sweep_rows", str(len(rows)))
+            if incomplete:
+                ledger.client.set_tag(parents[corpus], "sweep_incomplete", incomplete[:5000])
         if config.suite.name and any(r.tags.get("dataset_repo") for r in suite_rows):
             self._repository_suite(ledger, config, parents, suite_rows)
         elif config.suite.name:
@@ -304,8 +452,10 @@ class SweepCallback(Callback):  # type: ignore[misc]
                                 if "mrr" in v)
                 print(f"  {g['config']}: macro {g['macro'].get('mrr', float('nan')):.3f} ({per})")
         for parent_id in parents.values():
-            ledger.client.set_terminated(parent_id, status="FINISHED")
+            ledger.client.set_terminated(parent_id, status="FAILED" if incomplete else "FINISHED")
         self._open = None
         report = write_report(uri, output_path(config, t.report_path), prefix=t.experiment_prefix,
                               ledger=ledger)
-        print(f"sweep {sweep_id} done: {len(suite_rows)} rows; report: {report}")
+        print(f"sweep {sweep_id} " + ("INCOMPLETE" if incomplete else "done")
+              + f": {len(suite_rows)} rows; report: {report}")
+        return incomplete

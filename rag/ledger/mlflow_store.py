@@ -319,17 +319,56 @@ def _init_lock(db: Path | None, uri: str, timeout_s: float = INIT_LOCK_TIMEOUT_S
         os.close(fd)  # releases the lock
 
 
-# While a tracking *server* is first contacted, MLflow's HTTP client retries this few times
-# with this backoff and waits this long per request (its defaults: 7 retries, factor 2,
-# 120 s — minutes before a run that names a dead server fails). Later requests use MLflow's
-# defaults (or the MLFLOW_HTTP_REQUEST_* variables the user set): a server that was reached
-# once is given time to ride out a hiccup.
-_PROBE_HTTP_ENV = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
-}
+#: Retries of one request to a tracking server (``http(s)://``) when ``tracking.server_retries``
+#: (or ``$RAG_TRACKING_SERVER_RETRIES``) is not set. With :data:`SERVER_BACKOFF_FACTOR` and
+#: :data:`SERVER_TIMEOUT_S`, a request to a server that answers 5xx or refuses the connection
+#: gives up after about 2 s, and one to a server that never answers after about 32 s
+#: (MLflow's own defaults — 7 retries, factor 2, 120 s per request — wait minutes: 507 s
+#: were measured against a dead server).
+SERVER_RETRIES = 2
+#: urllib3's backoff factor between retries (waits 0, 2, 4, ... s; MLflow adds up to
+#: :data:`SERVER_BACKOFF_JITTER` s at random)
+SERVER_BACKOFF_FACTOR = 1
+SERVER_BACKOFF_JITTER = 0.5
+#: seconds one request waits for a connection or an answer
+SERVER_TIMEOUT_S = 10
+#: MLflow refuses more retries than this (``_MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT``)
+SERVER_RETRIES_MAX = 10
+#: the environment variable that sets the budget where no config is read (``rag report``,
+#: ``rag ledger``, ``rag diff``); ``tracking.server_retries`` wins in ``python -m rag.run``
+SERVER_RETRIES_ENV = "RAG_TRACKING_SERVER_RETRIES"
+
+
+def server_retries(value: int | str | None = None) -> int:
+    """The retry budget of one request to a tracking server: ``value`` (the config's
+    ``tracking.server_retries``), else ``$RAG_TRACKING_SERVER_RETRIES``, else
+    :data:`SERVER_RETRIES`.
+
+    Raises:
+        LedgerError: not a whole number from 0 to :data:`SERVER_RETRIES_MAX`.
+    """
+    where = "tracking.server_retries"
+    if value is None or value == "":
+        value, where = os.environ.get(SERVER_RETRIES_ENV) or SERVER_RETRIES, f"${SERVER_RETRIES_ENV}"
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = -1
+    if not 0 <= n <= SERVER_RETRIES_MAX:
+        raise LedgerError(f"{where}={value!r}: the retries of a request to a tracking server "
+                          f"must be a whole number from 0 to {SERVER_RETRIES_MAX}")
+    return n
+
+
+def server_http_env(retries: int) -> dict[str, str]:
+    """The ``MLFLOW_HTTP_REQUEST_*`` variables (mlflow/environment_variables.py, read by
+    ``mlflow.utils.rest_utils.http_request`` on every request) of a budget of ``retries``
+    retries per request: at most ``retries + 1`` attempts, each waiting
+    :data:`SERVER_TIMEOUT_S`, with :data:`SERVER_BACKOFF_FACTOR` between them."""
+    return {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(int(retries)),
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": str(SERVER_BACKOFF_FACTOR),
+            "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": str(SERVER_BACKOFF_JITTER),
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(SERVER_TIMEOUT_S)}
 
 
 def is_server_uri(uri: str) -> bool:
@@ -337,28 +376,68 @@ def is_server_uri(uri: str) -> bool:
     return uri.lower().startswith(("http://", "https://"))
 
 
+_BUDGET_LOCK = __import__("threading").RLock()
+_BUDGET_DEPTH = [0]  # how many threads are inside http_budget (the first sets, the last restores)
+_BUDGET_SAVED: dict[str, str | None] = {}
+
+
 @contextlib.contextmanager
-def _probe_http_env(uri: str) -> Iterator[None]:
-    """Set :data:`_PROBE_HTTP_ENV` for the duration (a server URI only), then restore."""
+def http_budget(uri: str, retries: int) -> Iterator[None]:
+    """For the duration, requests to a tracking server use the budget of
+    :func:`server_http_env` (a server URI only; a variable the user set in the environment is
+    kept); urllib3's "Retrying ..." warnings are silenced (the error line says it once).
+    Re-entrant and safe across threads: the first to enter sets the variables, the last to
+    leave restores them."""
     if not is_server_uri(uri):
         yield
         return
     import logging
 
-    saved = {k: os.environ.get(k) for k in _PROBE_HTTP_ENV}
-    os.environ.update(_PROBE_HTTP_ENV)
-    pool_log = logging.getLogger("urllib3.connectionpool")  # "Retrying (...)" per attempt:
-    level = pool_log.level  # the error line says it once
-    pool_log.setLevel(logging.ERROR)
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    with _BUDGET_LOCK:
+        if _BUDGET_DEPTH[0] == 0:
+            env = server_http_env(retries)
+            _BUDGET_SAVED.clear()
+            _BUDGET_SAVED.update({k: os.environ.get(k) for k in env})
+            _BUDGET_SAVED["_level"] = str(pool_log.level)
+            for k, v in env.items():
+                os.environ.setdefault(k, v)
+            pool_log.setLevel(logging.ERROR)
+        _BUDGET_DEPTH[0] += 1
     try:
         yield
     finally:
-        pool_log.setLevel(level)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        with _BUDGET_LOCK:
+            _BUDGET_DEPTH[0] -= 1
+            if _BUDGET_DEPTH[0] == 0:
+                pool_log.setLevel(int(_BUDGET_SAVED.pop("_level", "0") or 0))
+                for k, v in _BUDGET_SAVED.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                _BUDGET_SAVED.clear()
+
+
+class BudgetedClient:
+    """An ``MlflowClient`` whose every method call runs inside :func:`http_budget`: no call to
+    a tracking server waits longer than its retry budget. Attributes other than methods are
+    the client's own."""
+
+    def __init__(self, client: Any, uri: str, retries: int) -> None:
+        self._client, self._uri, self._retries = client, uri, retries
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with http_budget(self._uri, self._retries):
+                return attr(*args, **kwargs)
+
+        call.__name__ = name
+        return call
 
 
 def _unreachable(uri: str, exc: BaseException) -> str | None:
@@ -379,7 +458,8 @@ def _unreachable(uri: str, exc: BaseException) -> str | None:
             "(is `mlflow server` running there?)")
 
 
-def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: float = 0.25):
+def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: float = 0.25,
+                retries: int | None = None):
     """An ``MlflowClient`` on ``uri`` whose store has been created (or migrated) and read once.
 
     Creating the schema of a new SQLite store is serialised across processes by a file lock
@@ -388,11 +468,13 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     that already exists, ...) is retried with exponential backoff (``attempts`` tries from
     ``delay_s`` seconds, waits capped at 5 s).
 
-    A tracking server (``http(s)://``) is contacted here with few retries and a short
-    timeout (:data:`_PROBE_HTTP_ENV`), so that a server that does not answer fails in seconds.
+    A tracking server (``http(s)://``) is contacted here, and by every call of the client
+    returned (a :class:`BudgetedClient`), with the retry budget of :func:`server_retries`
+    (:func:`server_http_env`), so that a server that does not answer fails in seconds.
 
     Args:
         create: create a missing SQLite file (False: a missing file is an error — readers).
+        retries: retries per request to a tracking server (default :func:`server_retries`).
 
     Raises:
         LedgerError: the store cannot be reached or created (one line naming ``uri``): not a
@@ -401,6 +483,7 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     """
     from mlflow.tracking import MlflowClient
 
+    retries = server_retries(retries)
     db = sqlite_path(uri)
     if db is not None:
         _check_sqlite_file(uri, db, create=create)
@@ -408,10 +491,10 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     def touch():
         client = MlflowClient(tracking_uri=uri)  # builds the store: creates/migrates the schema
         client.search_experiments(max_results=1)  # and reads it (a server URI is contacted here)
-        return client
+        return BudgetedClient(client, uri, retries) if is_server_uri(uri) else client
 
     try:
-        with _init_lock(db, uri), _probe_http_env(uri):
+        with _init_lock(db, uri), http_budget(uri, retries):
             if db is not None and not create:
                 _check_mlflow_tables(uri, db)
             return _retry(touch, is_transient_store_error, attempts=attempts, delay_s=delay_s)
@@ -420,6 +503,29 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy, alembic, OS and HTTP errors
         raise LedgerError(_unreachable(uri, exc)
                           or f"cannot open the ledger at {uri}: {one_line(exc)}") from exc
+
+
+class _RowFailed(Exception):
+    """:meth:`Ledger.log_row` failed after creating run ``run_id`` (``marked``: set FAILED)."""
+
+    def __init__(self, run_id: str, marked: bool) -> None:
+        super().__init__(run_id)
+        self.run_id, self.marked = run_id, marked
+
+
+def _is_store_error(exc: BaseException) -> bool:
+    """An error of the store or of the way to it (MLflow, SQLAlchemy, HTTP, OS), not a bug."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        from requests.exceptions import RequestException
+    except ImportError:  # pragma: no cover - mlflow depends on requests
+        RequestException = OSError  # type: ignore[misc,assignment]
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:  # pragma: no cover
+        SQLAlchemyError = OSError  # type: ignore[misc,assignment]
+    return isinstance(exc, (MlflowException, RequestException, SQLAlchemyError, OSError))
 
 
 def log_file(client: Any, run_id: str, name: str, path: Path) -> None:
@@ -441,12 +547,15 @@ class Ledger:
         artifact_root: directory under which each new experiment stores its artifacts (a local
             store; a tracking server keeps its own).
         create: create a missing SQLite store (False for readers such as reports).
+        retries: retries of each request to a tracking server (``tracking.server_retries``;
+            default :func:`server_retries`); every call of :attr:`client` keeps to it.
 
     Raises:
         LedgerError: the store cannot be reached or created (one line naming ``uri``).
     """
 
-    def __init__(self, uri: str, artifact_root: Path | None = None, *, create: bool = True) -> None:
+    def __init__(self, uri: str, artifact_root: Path | None = None, *, create: bool = True,
+                 retries: int | None = None) -> None:
         import logging
 
         import mlflow.tracking  # noqa: F401 - configures its loggers on import: quiet them after
@@ -455,12 +564,57 @@ class Ledger:
             logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = uri
         self.artifact_root = artifact_root
-        self.client = open_client(uri, create=create)
+        self.retries = server_retries(retries)
+        self.client = open_client(uri, create=create, retries=self.retries)
 
     @classmethod
-    def open(cls, uri: str, artifact_root: Path | None = None, *, create: bool = True) -> "Ledger":
+    def open(cls, uri: str, artifact_root: Path | None = None, *, create: bool = True,
+             retries: int | None = None) -> "Ledger":
         """Same as ``Ledger(uri, artifact_root, create=create)``; reads as what it does."""
-        return cls(uri, artifact_root, create=create)
+        return cls(uri, artifact_root, create=create, retries=retries)
+
+    def failure(self, exc: BaseException, doing: str) -> LedgerError:
+        """One line for an error met while ``doing`` something on the store (``log a
+        row``): a server that did not answer within the retry budget, or the store's first
+        message line."""
+        return LedgerError(_unreachable(self.uri, exc)
+                           or f"cannot {doing} in the ledger at {self.uri}: {one_line(exc)}")
+
+    def check_writable(self, experiment: str) -> str:
+        """Before a sweep's first job: the store is reachable, its schema ready (checked when
+        it was opened) and it takes a write — experiment ``experiment`` is created if absent
+        and its tag ``rag.write_checked`` set to now (UTC, ISO 8601); no run is created.
+        Returns the experiment's id.
+
+        Raises:
+            LedgerError: it cannot be written (one line naming the store).
+        """
+        from datetime import datetime, timezone
+
+        db = sqlite_path(self.uri)
+        if db is not None:
+            for path in (db, db.parent):
+                if path.exists() and not os.access(path, os.W_OK):
+                    raise LedgerError(f"cannot write the ledger at {self.uri}: {path} is "
+                                      "read-only")
+        try:
+            exp_id = with_lock_retry(self.experiment_id, experiment)
+            with_lock_retry(self.client.set_experiment_tag, exp_id, "rag.write_checked",
+                            datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        except LedgerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy, HTTP and OS errors
+            raise self.failure(exc, f"write experiment {experiment!r}") from None
+        return exp_id
+
+    def mark_failed(self, run_id: str) -> bool:
+        """Set a run left RUNNING by a failure to FAILED, if the store still answers (within
+        the retry budget); True when it was marked."""
+        try:
+            with_lock_retry(self.client.set_terminated, run_id, status="FAILED")
+            return True
+        except Exception:  # noqa: BLE001 - the store is what failed: the row stays RUNNING
+            return False
 
     def experiment_id(self, name: str) -> str:
         """Id of experiment ``name``, created (with an absolute artifact location) if absent.
@@ -499,8 +653,8 @@ class Ledger:
         Metrics are logged in :func:`rag.ledger.metric_groups.ordered` order (headline first:
         the MLflow UI lists a run's metrics in logged order); NaN ones are skipped (MLflow
         stores them, but reports cannot compare them). If logging fails part-way the run is
-        marked FAILED, so reports (which read FINISHED runs only) never show a half-written
-        row.
+        marked FAILED (when the store still answers), so reports (which read FINISHED runs
+        only) never show a half-written row.
 
         Args:
             artifacts: name -> its text, or -> a :class:`~pathlib.Path` of a file (e.g. a
@@ -508,7 +662,33 @@ class Ledger:
             start_time_ms: when the evaluation started (ms since the epoch; default now), so
                 the row's duration is the evaluation's; it ends when logging ends.
             inputs: ``mlflow.entities.DatasetInput`` s (:func:`golden_input`).
+
+        Raises:
+            LedgerError: the store failed (a tracking server that stopped answering within
+                the retry budget, a full disk, ...): one line saying whether the row was
+                marked FAILED or is left RUNNING.
         """
+        try:
+            return self._log_row(experiment=experiment, run_name=run_name, params=params,
+                                 metrics=metrics, tags=tags, artifacts=artifacts,
+                                 start_time_ms=start_time_ms, inputs=inputs)
+        except _RowFailed as failed:
+            exc = failed.__cause__ or failed
+            left = (f"row {failed.run_id[:8]} marked FAILED" if failed.marked
+                    else f"row {failed.run_id[:8]} left RUNNING (`python -m rag.report "
+                    "--mark-killed-after-h 0` marks it once the store answers)")
+            raise LedgerError(f"{self.failure(exc, 'log a row')}; {left}") from None
+        except LedgerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the run was never created: no row
+            if not _is_store_error(exc):
+                raise
+            raise LedgerError(f"{self.failure(exc, 'log a row')}; no row written") from None
+
+    def _log_row(self, *, experiment: str, run_name: str | None, params: Mapping[str, str],
+                 metrics: Mapping[str, float], tags: Mapping[str, str],
+                 artifacts: Mapping[str, str | Path], start_time_ms: int | None,
+                 inputs: Iterable[Any]) -> str:
         from mlflow.entities import Metric, Param, RunTag
 
         from rag.ledger.metric_groups import ordered
@@ -539,10 +719,17 @@ class Ledger:
                     log_file(c, rid, name, content)
                 else:
                     with_lock_retry(c.log_text, rid, content, name)
-        except BaseException:
-            with_lock_retry(c.set_terminated, rid, status="FAILED")
+        except BaseException as exc:
+            marked = self.mark_failed(rid)
+            if isinstance(exc, Exception) and _is_store_error(exc):
+                raise _RowFailed(rid, marked) from exc
             raise
-        with_lock_retry(c.set_terminated, rid, status="FINISHED")
+        try:
+            with_lock_retry(c.set_terminated, rid, status="FINISHED")
+        except Exception as exc:  # noqa: BLE001
+            if not _is_store_error(exc):
+                raise
+            raise _RowFailed(rid, self.mark_failed(rid)) from exc
         return rid
 
     def download_run_file(self, run_id: str) -> tuple[str, str]:
@@ -571,8 +758,9 @@ class Ledger:
             if root.scheme in ("", "file"):
                 local = Path(unquote(root.path)) / name
                 return local.read_bytes() if local.is_file() else None
-            return Path(mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=name, tracking_uri=self.uri)).read_bytes()
+            with http_budget(self.uri, self.retries):
+                return Path(mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=name, tracking_uri=self.uri)).read_bytes()
         except Exception:  # noqa: BLE001 - absent or unreadable: the caller goes without
             return None
 
@@ -691,8 +879,9 @@ class Ledger:
                 local = Path(unquote(root.path)) / name
                 if local.is_file():
                     return local.read_text(encoding="utf-8")
-            return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name,
-                                                            tracking_uri=self.uri)).read_text()
+            with http_budget(self.uri, self.retries):
+                return Path(mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=name, tracking_uri=self.uri)).read_text()
         except Exception as exc:  # noqa: BLE001 - MlflowException, OSError, UnicodeDecodeError
             raise LedgerError(f"ledger row {run_id[:8]} has no readable artifact {name} "
                               f"({one_line(exc, 160)})") from exc

@@ -51,6 +51,20 @@ class LedgerRow:
                    tags=dict(run.data.tags), status=run.info.status or "FINISHED")
 
 
+def cell(value: Any) -> str:
+    """``value`` made safe for one markdown table cell: ``|`` escaped (``\\|``), line breaks
+    and tabs as spaces, so a run name, a job label or a hand-logged param can never add or
+    split a column."""
+    text = "" if value is None else str(value)
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def code(value: Any) -> str:
+    """``value`` as inline code in a table cell (:func:`cell`; a backtick inside would end the
+    code span, so it becomes ')."""
+    return "`" + cell(value).replace("`", "'") + "`"
+
+
 def fmt(value: Any, key: str = "") -> str:
     """A metric or param for a table cell: 3 decimals for rates, 1 for milliseconds."""
     if value is None:
@@ -80,6 +94,10 @@ def abstention_cell(row: LedgerRow) -> str:
 
 
 def _cell(row: LedgerRow, kind: str, key: str) -> str:
+    return cell(_raw_cell(row, kind, key))
+
+
+def _raw_cell(row: LedgerRow, kind: str, key: str) -> str:
     if kind == "abstain":
         return abstention_cell(row)
     if kind == "rerank":
@@ -107,16 +125,16 @@ def render_gates(rows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
            f"| gate | abstain ({n_neg} negatives) | false_weak ({n_pos} positives) | added latency ms |",
            "|---|---|---|---|"]
     if base is not None:
-        out.append(f"| `{base.tags.get('sweep_job', base.run_name)}`: dense floor "
-                   f"{base.params.get('abstain.min_dense', '?')} + note "
-                   f"{base.params.get('abstain.weak_dense', '?')} | "
+        out.append(f"| {code(base.tags.get('sweep_job', base.run_name))}: dense floor "
+                   f"{cell(base.params.get('abstain.min_dense', '?'))} + note "
+                   f"{cell(base.params.get('abstain.weak_dense', '?'))} | "
                    f"{fmt(base.metrics.get('abstain_rate'))} | "
                    f"{fmt(base.metrics.get('false_weak_rate'))} | 0 |")
     for r in gated:
         ts = sorted({k.split("/")[1] for k in r.metrics if k.startswith("rerank_gate/")}, key=float)
         for t in ts:
-            out.append(f"| `{r.tags.get('sweep_job', r.run_name)}`: "
-                       f"{r.params.get('rerank.kind', 'rerank')} score < {t} | "
+            out.append(f"| {code(r.tags.get('sweep_job', r.run_name))}: "
+                       f"{cell(r.params.get('rerank.kind', 'rerank'))} score < {cell(t)} | "
                        f"{fmt(r.metrics.get(f'rerank_gate/{t}/abstain_rate'))} | "
                        f"{fmt(r.metrics.get(f'rerank_gate/{t}/false_weak_rate'))} | "
                        f"+{fmt(r.metrics.get('latency_rerank_p50_ms'), '_ms')} |")
@@ -129,7 +147,7 @@ def render_table(rows: list[LedgerRow]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         started = dt.datetime.fromtimestamp(r.start_time_ms / 1000, tz=dt.timezone.utc)
-        cells = [f"`{r.run_id[:8]}` {r.run_name}".strip(), started.strftime("%Y-%m-%d %H:%M"),
+        cells = [f"`{r.run_id[:8]}` {cell(r.run_name)}".strip(), started.strftime("%Y-%m-%d %H:%M"),
                  *[_cell(r, kind, key) for _, kind, key in COLUMNS]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -187,7 +205,7 @@ def render_calibration(row: LedgerRow, which: str = "the newest row",
             cells = [f"{g('weak_threshold'):.4g}",
                      f"{g('abstain_rate'):.3f} [{g('abstain_ci_low'):.2f}, {g('abstain_ci_high'):.2f}]",
                      f"{g('false_weak_rate'):.3f} [{g('false_weak_ci_low'):.2f}, {g('false_weak_ci_high'):.2f}]"]
-        lines.append(f"| `{s}` | {g('auc'):.3f} | {g('aurc'):.3f} | "
+        lines.append(f"| {code(s)} | {g('auc'):.3f} | {g('aurc'):.3f} | "
                      f"{'yes' if g('overlap') else 'no'} | " + " | ".join(cells) + " |")
     lines += ["", "Thresholds belong to one model on one corpus: test them elsewhere with "
               "`abstain.calibration=<this run id>`; the histograms and risk–coverage curves are "
@@ -198,11 +216,13 @@ def render_calibration(row: LedgerRow, which: str = "the newest row",
 def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
     """``+0.012 (p 0.034*)``: delta vs the sweep baseline, Holm-adjusted p, * when < 0.05."""
     from rag.ledger.metric_groups import baseline_values
+    from rag.ledger.sweep import baseline_mismatch
 
     sig = baseline_values(row.metrics)
     delta = sig.get(f"{metric}_delta")
     if delta is None:
-        return "baseline" if row.tags.get("is_baseline") == "true" else "—"
+        return ("baseline" if row.tags.get("is_baseline") == "true"
+                and baseline_mismatch(row.tags, row.params) is None else "—")
     p = holm_p.get(f"{metric}_p_holm", sig.get(f"{metric}_p"))
     mark = "*" if p is not None and p < 0.05 else ""
     if p is None:
@@ -213,38 +233,47 @@ def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
 
 def render_sweep(name: str, rows: list[LedgerRow],
                  parents: dict[str, str] | None = None,
-                 figures: dict[str, dict[str, str]] | None = None) -> list[str]:
+                 figures: dict[str, dict[str, str]] | None = None,
+                 why: dict[str, str] | None = None) -> list[str]:
     """One sweep name's section: a table per sweep id (oldest first) with deltas against its
     baseline and Holm-corrected p-values across the sweep's jobs, the sweep's figures, then
-    the baseline's calibration block.
+    the baseline's calibration block. A sweep that is incomplete
+    (:func:`rag.ledger.sweep.incomplete_reason`: no parent run, or a parent that did not
+    finish) says so first; a row tagged baseline whose values are not the baseline's
+    (:func:`rag.ledger.sweep.baseline_mismatch`) is never shown as the baseline.
 
     Args:
+        parents: sweep id -> parent run status (None: unknown, nothing flagged).
         figures: sweep id or run id -> figure name -> relative path
             (:func:`rag.ledger.figures.write_report_figures`); absent ones are not shown.
+        why: sweep id -> why it is incomplete, said in place of the generic reason.
     """
     from rag.ledger.metric_groups import baseline_values
-    from rag.ledger.sweep import holm_table
+    from rag.ledger.sweep import baseline_mismatch, holm_table, incomplete_reason
 
-    out = [f"## Sweep `{name}`", ""]
+    out = [f"## Sweep {code(name)}", ""]
     ids = list(dict.fromkeys(r.tags.get("sweep_id", "") for r in rows))
     for sid in ids:
         srows = [r for r in rows if r.tags.get("sweep_id", "") == sid]
-        base = next((r for r in srows if r.tags.get("is_baseline") == "true"), None)
-        status = (parents or {}).get(sid)
+        base = next((r for r in srows if r.tags.get("is_baseline") == "true"
+                     and baseline_mismatch(r.tags, r.params) is None), None)
+        wrong = [r for r in srows if r.tags.get("is_baseline") == "true" and r is not base]
+        incomplete = (why or {}).get(sid) or incomplete_reason(sid, parents)
         holm = holm_table([{"run_id": r.run_id, **baseline_values(r.metrics)} for r in srows
                            if r.tags.get("is_baseline") != "true"])
-        out += [f"### {sid}", "",
-                (f"Baseline: `{srows[0].tags['sweep_baseline']}`"
+        out += [f"### {cell(sid)}", "",
+                (f"Baseline: {code(srows[0].tags['sweep_baseline'])}"
                  if srows[0].tags.get("sweep_baseline") else "No baseline (a suite alone)")
                 + (f" (row `{base.run_id[:8]}`)" if base else
                    " (no baseline row)" if srows[0].tags.get("sweep_baseline") else "")
                 + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
                 "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
                 "across this sweep's jobs; * marks p < 0.05.", ""]
-        if status is not None and status != "FINISHED":
-            out += [f"**Incomplete sweep:** its parent run is {status} (a job failed or the "
-                    "multirun was interrupted); jobs may be missing and the Holm family below "
-                    "covers only the rows shown.", ""]
+        if incomplete:
+            out += [f"**Incomplete sweep:** {incomplete}.", ""]
+        for r in wrong:
+            out += [f"**Not the baseline:** row `{r.run_id[:8]}` is tagged as the baseline but "
+                    f"{baseline_mismatch(r.tags, r.params)}; nothing is compared with it.", ""]
         head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
                 "Δanswer support"]
         names = {"context_chars_mean": "context chars", "context_tokens_mean": "context tokens",
@@ -264,7 +293,7 @@ def render_sweep(name: str, rows: list[LedgerRow],
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in srows:
             h = holm.get(r.run_id, {})
-            cells = [f"`{r.run_id[:8]}` {r.tags.get('sweep_job', r.run_name)}",
+            cells = [f"`{r.run_id[:8]}` {cell(r.tags.get('sweep_job', r.run_name))}",
                      *[_cell(r, kind, key) for _, kind, key in COLUMNS],
                      fmt(r.metrics.get("answer_support_rate")),
                      _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
@@ -387,18 +416,20 @@ def render_unfinished(rows: list[LedgerRow], *, now_ms: int) -> list[str]:
             what = "failed while logging"
         else:
             what = r.status
-        out.append(f"| `{r.run_id[:8]}` | {r.experiment} | "
-                   f"{r.tags.get('sweep_job', r.run_name) or '—'} | {_started(r.start_time_ms)} | "
-                   f"{what} |")
+        out.append(f"| `{r.run_id[:8]}` | {cell(r.experiment)} | "
+                   f"{cell(r.tags.get('sweep_job', r.run_name)) or '—'} | "
+                   f"{_started(r.start_time_ms)} | {what} |")
     return out + [""]
 
 
-def render_suites(rows: list[LedgerRow]) -> list[str]:
+def render_suites(rows: list[LedgerRow], parents: dict[str, str] | None = None) -> list[str]:
     """One table per suite run (rows tagged ``suite``, grouped by sweep id, newest last): a
     line per configuration with its MRR on every corpus (ΔMRR against that corpus's baseline
     and the Holm-adjusted p beside it when the sweep has a baseline) and the macro average
-    (the unweighted mean over the corpora), so a verdict is read corpus by corpus."""
-    from rag.ledger.sweep import suite_summary
+    (the unweighted mean over the corpora), so a verdict is read corpus by corpus. A suite
+    whose sweep is incomplete (``parents``: :func:`rag.ledger.sweep.incomplete_reason`) says
+    so under its heading."""
+    from rag.ledger.sweep import incomplete_reason, suite_summary
 
     suites = [r for r in rows if r.tags.get("suite")]
     if not suites:
@@ -418,21 +449,26 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
             from rag.ledger.suite_tables import reference_figures, render_suite_tables, suite_tables
 
             base = srows[0].tags.get("sweep_baseline") or None
-            out += [f"## Suite `{srows[0].tags['suite']}`: {sid}", "",
-                    f"Sweep `{srows[0].tags.get('sweep_name', '?')}`, baseline `{base or 'none'}`; "
+            out += [f"## Suite {code(srows[0].tags['suite'])}: {cell(sid)}", "",
+                    f"Sweep {code(srows[0].tags.get('sweep_name', '?'))}, baseline "
+                    f"{code(base or 'none')}; "
                     f"{len(srows)} rows on {len({r.tags['dataset_repo'] for r in srows})} "
                     "repositories. (The test across queries is on the parent run's "
                     "suite_tables.md.)", ""]
+            if why := incomplete_reason(sid, parents):
+                out += [f"**Incomplete suite:** {why}.", ""]
             out += render_suite_tables(suite_tables(srows, baseline=base,
                                                     reference=reference_figures(srows)))
             continue
         corpora = list(dict.fromkeys(r.experiment for r in srows))
         base = srows[0].tags.get("sweep_baseline") or "none"
-        out += [f"## Suite `{srows[0].tags['suite']}`: {sid}", "",
-                f"Sweep `{srows[0].tags.get('sweep_name', '?')}`, baseline `{base}`; "
+        out += [f"## Suite {code(srows[0].tags['suite'])}: {cell(sid)}", "",
+                f"Sweep {code(srows[0].tags.get('sweep_name', '?'))}, baseline {code(base)}; "
                 f"{len(srows)} rows on {len(corpora)} corpora.", ""]
-        head = ["configuration", *[f"MRR {c}" for c in corpora], "macro MRR",
-                *[f"Recall@8 {c}" for c in corpora], "macro Recall@8"]
+        if why := incomplete_reason(sid, parents):
+            out += [f"**Incomplete suite:** {why}.", ""]
+        head = ["configuration", *[f"MRR {cell(c)}" for c in corpora], "macro MRR",
+                *[f"Recall@8 {cell(c)}" for c in corpora], "macro Recall@8"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for g in suite_summary(srows):
             def mrr(c: str) -> str:
@@ -450,7 +486,7 @@ def render_suites(rows: list[LedgerRow]) -> list[str]:
                 v = g["macro"].get(m)
                 return fmt(v) if v is not None else f"n/a ({g['corpora_with_rows']} corpora)"
 
-            cells = [f"`{g['config']}`", *[mrr(c) for c in corpora], macro("mrr"),
+            cells = [code(g["config"]), *[mrr(c) for c in corpora], macro("mrr"),
                      *[fmt(g["corpora"].get(c, {}).get("recall_at_8")) for c in corpora],
                      macro("recall_at_8")]
             out.append("| " + " | ".join(cells) + " |")
@@ -473,8 +509,8 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
 
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
     unfinished = [r for r in unfinished if sweep is None or r.tags.get("sweep_name") == sweep]
-    out = ["# Ledger" if sweep is None else f"# Ledger: sweep `{sweep}`", "", BANNER, "",
-           f"Source: `{source}`. One row per evaluation (MLflow run), oldest first. "
+    out = ["# Ledger" if sweep is None else f"# Ledger: sweep {code(sweep)}", "", BANNER, "",
+           f"Source: {code(source)}. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
            "abstain is the share of negatives with no hit or only weak hits; false_weak the "
            "share of positives that got no hit (dropped, or no lexical match) or only weak hits; "
@@ -487,10 +523,10 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
         out += ["_No ledger rows yet: run `python -m rag.run`._" if sweep is None
                 else f"_No rows for sweep `{sweep}`: run `python -m rag.run +sweep={sweep}`._", ""]
         return "\n".join(out)
-    out += render_suites(rows)
+    out += render_suites(rows, parents)
     for exp in dict.fromkeys(r.experiment for r in rows):
         exp_rows = [r for r in rows if r.experiment == exp]
-        out += [f"# {exp}" if sweep is None else f"Experiment `{exp}`.", ""]
+        out += [f"# {cell(exp)}" if sweep is None else f"Experiment {code(exp)}.", ""]
         single = [r for r in exp_rows if not r.tags.get("sweep_name")]
         if single:
             out += ["## Single runs", ""]

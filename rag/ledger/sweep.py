@@ -52,6 +52,79 @@ def significance_columns(df: pd.DataFrame) -> tuple[str, ...]:
     return tuple(cols)
 
 
+#: the folder of a multirun directory where each job that wrote no row says why
+#: (:func:`record_job_outcome`): ``<job num>.json`` = {"outcome": "failed"|"skipped", "message"}
+OUTCOMES_DIR = ".rag-jobs"
+
+
+def record_job_outcome(sweep_dir: Path, job_num: int | str, *, outcome: str, message: str) -> None:
+    """Note in the multirun directory that job ``job_num`` wrote no row (``outcome`` "failed"
+    or "skipped", ``message`` its one line), for the sweep's end to report it; the sweep
+    callback reads them back with :func:`read_job_outcomes`.
+
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    folder = Path(sweep_dir) / OUTCOMES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps({"job": str(job_num), "outcome": outcome,
+                                                        "message": message}))
+
+
+def read_job_outcomes(sweep_dir: Path) -> list[dict[str, str]]:
+    """The outcomes :func:`record_job_outcome` wrote, by job number ([] when none)."""
+    folder = Path(sweep_dir) / OUTCOMES_DIR
+    out = []
+    for f in sorted(folder.glob("*.json"), key=lambda f: (len(f.stem), f.stem)):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def incomplete_reason(sweep_id: str, parents: Mapping[str, str] | None) -> str | None:
+    """Why the sweep ``sweep_id`` is incomplete, or None when its parent run FINISHED (the
+    sweep callback finishes a parent only when every planned job logged its row or was
+    skipped; otherwise it marks it FAILED). ``parents`` (sweep id -> parent status,
+    :meth:`rag.ledger.mlflow_store.Ledger.sweep_parents`) None means unknown: not flagged.
+
+    A sweep id with no parent run at all (rows of a multirun whose sweep was never opened,
+    or a job run alone) is incomplete: nothing says which jobs it should have had."""
+    if parents is None:
+        return None
+    status = parents.get(sweep_id)
+    if status is None:
+        return ("it has no parent run (the sweep was never opened, so nothing says which jobs "
+                "it should have had); its rows are not compared with a baseline")
+    if status != "FINISHED":
+        return (f"its parent run is {status} (a job failed or wrote no row, or the multirun was "
+                "interrupted); jobs may be missing and the Holm family below covers only the "
+                "rows shown")
+    return None
+
+
+def baseline_mismatch(tags: Mapping[str, str], params: Mapping[str, str]) -> str | None:
+    """Why a row tagged as its sweep's baseline is not the baseline its sweep names
+    (``sweep_baseline``, e.g. ``search.mode=dense``), or None when it is: each ``key=value``
+    of the baseline must be this row's own override (tag ``hydra_overrides``) or, where it did
+    not override the key, its logged param. A key found in neither (a config group's default
+    choice) is not held against it."""
+    try:
+        overrides = json.loads(tags.get("hydra_overrides") or "[]")
+    except ValueError:
+        overrides = []
+    own = {str(o).split("=", 1)[0].lstrip("+~"): str(o).split("=", 1)[1]
+           for o in overrides if "=" in str(o)}
+    for pair in str(tags.get("sweep_baseline") or "").split():
+        key, _, want = pair.partition("=")
+        key = key.lstrip("+~")
+        have = own.get(key, params.get(key))
+        if have is not None and str(have) != want:
+            return f"it has {key}={have}, not {pair}"
+    return None
+
+
 def read_sweep_file(sweep_dir: Path) -> dict[str, Any] | None:
     """The sweep.json the callback wrote into a multirun directory, or None."""
     try:
@@ -139,7 +212,10 @@ def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[s
     from rag.ledger.metric_groups import baseline_name, ordered
 
     runs = ledger.rows([experiment_id], where=f"tags.sweep_id = '{sweep_id}'")
-    baselines = {r.data.tags.get("sweep_job"): r for r in runs if r.data.tags.get("is_baseline") == "true"}
+    # a row tagged baseline whose own values are not the baseline's is never compared against
+    baselines = {r.data.tags.get("sweep_job"): r for r in runs
+                 if r.data.tags.get("is_baseline") == "true"
+                 and baseline_mismatch(r.data.tags, r.data.params) is None}
     frames: dict[str, pd.DataFrame] = {}
 
     def frame(run_id: str) -> pd.DataFrame:
@@ -150,10 +226,14 @@ def sweep_significance(ledger: Any, experiment_id: str, sweep_id: str) -> dict[s
     jobs, skipped = [], {}
     for r in runs:
         t = r.data.tags
-        if t.get("is_baseline") == "true" or not t.get("sweep_baseline"):
+        if not t.get("sweep_baseline") or (t.get("is_baseline") == "true" and r.info.run_id in
+                                           {b.info.run_id for b in baselines.values()}):
             continue  # a baseline, or a sweep without one (a suite alone): nothing to compare
         base = baselines.get(t.get("sweep_baseline_job"))
-        if base is None:
+        if t.get("is_baseline") == "true":  # tagged baseline, but its values are not
+            skipped[r.info.run_id] = (f"tagged the baseline but not {t.get('sweep_baseline')}: "
+                                      f"{baseline_mismatch(t, r.data.params)}")
+        elif base is None:
             skipped[r.info.run_id] = f"no finished baseline row '{t.get('sweep_baseline_job')}'"
         elif base.data.tags.get("golden_fingerprint") != t.get("golden_fingerprint"):
             skipped[r.info.run_id] = "baseline used another golden set"
@@ -243,7 +323,8 @@ SUMMARY_MD = "sweep_summary.md"
 SUMMARY_CSV = "sweep_summary.csv"
 
 
-def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]:
+def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any], *,
+                      incomplete: str | None = None) -> list[str]:
     """Log on a sweep's parent run its summary table — :data:`SUMMARY_MD` (the report's
     section for this sweep id, figures linked) and :data:`SUMMARY_CSV`
     (:func:`rag.ledger.report.sweep_table`, one line per row) — and its figures
@@ -253,6 +334,8 @@ def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]
     Args:
         rows: the sweep id's finished rows (:class:`rag.ledger.report.LedgerRow`), read after
             :func:`sweep_significance` so that they carry their deltas.
+        incomplete: why the sweep is incomplete (a job failed, wrote no row): the summary
+            says so; None when every job logged its row.
     """
     import shutil
     import tempfile
@@ -277,8 +360,10 @@ def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]
             logged.append(name)
         sid = rows[0].tags.get("sweep_id", "")
         links = {sid: {n: n for n in logged}}
-        md = "\n".join(render_sweep(rows[0].tags.get("sweep_name", "?"), rows, None,
-                                    figures=links)) + "\n"
+        parents = {sid: "FAILED" if incomplete else "FINISHED"}
+        md = "\n".join(render_sweep(rows[0].tags.get("sweep_name", "?"), rows, parents,
+                                    figures=links, why=({sid: incomplete} if incomplete
+                                                        else None))) + "\n"
         ledger.client.log_text(parent_id, md, SUMMARY_MD)
         ledger.client.log_text(parent_id, sweep_table(rows).to_csv(index=False), SUMMARY_CSV)
         logged += [SUMMARY_MD, SUMMARY_CSV]

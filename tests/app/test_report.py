@@ -7,11 +7,12 @@ import re
 from rag.ledger.report import LedgerRow, render_ledger
 
 
-def _row(rid, t, *, sweep=None, job=None, baseline=False, **metrics):
+def _row(rid, t, *, sweep=None, job=None, baseline=False, sweep_baseline="search.mode=dense",
+         **metrics):
     tags = {"model_id": "m|x"}
     if sweep:
         tags.update(sweep_name=sweep, sweep_id=f"{sweep}-1", sweep_job=job,
-                    sweep_baseline="search.mode=dense", is_baseline=str(baseline).lower())
+                    sweep_baseline=sweep_baseline, is_baseline=str(baseline).lower())
     return LedgerRow(run_id=rid, experiment="rag-x", run_name=job or "", start_time_ms=t,
                      params={"search.mode": (job or "auto").split("=")[-1]},
                      metrics={"mrr": 0.5, "recall_at_8": 0.6, **metrics}, tags=tags)
@@ -40,9 +41,10 @@ def test_sweep_section_with_holm_marks():
 
 def test_rerank_sweep_shows_pool_recall_and_gate_table():
     base = _row("a" * 32, 1, sweep="rerank", job="search.mode=auto rerank=disabled", baseline=True,
+                sweep_baseline="search.mode=auto rerank=disabled",
                 abstain_rate=0.4, false_weak_rate=0.1, n_negatives=25.0, n_positives=104.0,
                 candidate_pool_recall=0.9)
-    base.params.update({"abstain.min_dense": "0.45", "abstain.weak_dense": "0.55",
+    base.params.update({"search.mode": "auto", "abstain.min_dense": "0.45", "abstain.weak_dense": "0.55",
                         "rerank.enabled": "False", "rerank.candidates": "40"})
     ce = _row("b" * 32, 2, sweep="rerank", job="search.mode=auto rerank=cross_encoder",
               candidate_pool_recall=0.9, latency_rerank_p50_ms=812.5,
