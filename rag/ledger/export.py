@@ -2,7 +2,9 @@
 
 Columns follow MLflow's own ``mlflow.search_runs`` naming, so nothing collides: ``run_id``,
 ``experiment``, ``run_name``, ``status``, ``start_time`` / ``end_time`` (UTC, ISO 8601),
-``duration_s``, then ``tags.<key>`` (the ledger's own tags; MLflow's ``mlflow.*`` tags are
+``duration_s``, ``sweep_incomplete`` (for a row of a sweep that is incomplete — no parent
+run, or a parent that did not finish: :func:`rag.ledger.sweep.incomplete_reason` — why;
+empty for a complete sweep or a row outside sweeps), then ``tags.<key>`` (the ledger's own tags; MLflow's ``mlflow.*`` tags are
 left out), ``params.<key>`` (the flattened config, as logged) and ``metrics.<name>`` (headline
 first, in the row's logging order: :func:`rag.ledger.metric_groups.ordered`). A cell is empty
 where a row lacks the key. Sweep parent runs are not rows; rows that never finished are left
@@ -62,8 +64,11 @@ def ledger_table(ledger: Any, *, prefix: str = "rag", experiment: str | None = N
     def iso(ms: int | None) -> str | None:
         return None if not ms else pd.Timestamp(ms, unit="ms", tz="UTC").isoformat()
 
+    from rag.ledger.sweep import incomplete_reason
+
     records, metric_names, param_names, tag_names = [], set(), set(), set()
     for exp in select_experiments(ledger, prefix=prefix, experiment=experiment):
+        parents = ledger.sweep_parents([exp.experiment_id])
         for r in ledger.rows([exp.experiment_id]):
             start, end = r.info.start_time, r.info.end_time
             tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.")}
@@ -71,6 +76,8 @@ def ledger_table(ledger: Any, *, prefix: str = "rag", experiment: str | None = N
                    "run_name": r.info.run_name, "status": r.info.status,
                    "start_time": iso(start), "end_time": iso(end),
                    "duration_s": (end - start) / 1000 if start and end else None,
+                   "sweep_incomplete": (incomplete_reason(tags["sweep_id"], parents)
+                                        if tags.get("sweep_id") else None),
                    "_start": start or 0}
             rec.update({f"tags.{k}": v for k, v in tags.items()})
             rec.update({f"params.{k}": v for k, v in r.data.params.items()})
@@ -81,6 +88,7 @@ def ledger_table(ledger: Any, *, prefix: str = "rag", experiment: str | None = N
             records.append(rec)
     records.sort(key=lambda rec: (rec["_start"], rec["run_id"]))
     cols = ["run_id", "experiment", "run_name", "status", "start_time", "end_time", "duration_s",
+            "sweep_incomplete",
             *[f"tags.{k}" for k in sorted(tag_names)],
             *[f"params.{k}" for k in sorted(param_names)],
             *[f"metrics.{k}" for k in ordered(metric_names)]]

@@ -297,3 +297,25 @@ def test_planned_jobs_counts_the_basic_sweepers_product(compose):
     with open_dict(cfg):
         cfg.hydra.sweeper._target_ = "hydra_plugins.other.Sweeper"
     assert planned_jobs(cfg) is None
+
+
+def test_rag_ledger_export_says_which_rows_belong_to_an_incomplete_sweep(tmp_path):
+    import shutil
+
+    from conftest import empty_mlflow_store
+    from rag.ledger.export import ledger_table
+    from rag.ledger.mlflow_store import Ledger
+
+    shutil.copyfile(empty_mlflow_store(), tmp_path / "mlflow.db")
+    ledger = Ledger(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "art")
+    row = dict(experiment="rag-x", run_name="r", params={}, metrics={"mrr": 0.5}, artifacts={})
+    ledger.log_row(**row, tags={"sweep_id": "orphan-1", "sweep_name": "routing"})
+    ledger.log_row(**row, tags={})
+    exp = ledger.experiment_id("rag-x")
+    parent = ledger.client.create_run(exp, tags={"sweep_id": "done-1", "rag.sweep_parent": "1"})
+    ledger.client.set_terminated(parent.info.run_id, status="FINISHED")
+    ledger.log_row(**row, tags={"sweep_id": "done-1", "sweep_name": "routing"})
+    df = ledger_table(ledger, prefix="rag")
+    got = dict(zip(df["tags.sweep_id"].fillna(""), df["sweep_incomplete"].fillna("")))
+    assert got[""] == "" and got["done-1"] == ""
+    assert got["orphan-1"].startswith("it has no parent run")
