@@ -238,6 +238,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
     skipped = {k[len('files_skipped_'):]: v for k, v in stats.items()
                if k.startswith("files_skipped_") and v}
     print(f"  files skipped: {skipped or 'none'}", file=out)
+    from rag.corpus.walk import describe_redactions
+
+    if (redacted := describe_redactions(stats)) is not None:
+        print(f"  {redacted}", file=out)
     from rag.corpus.languages import describe_languages
 
     if (langs := describe_languages(stats)) is not None:
@@ -633,7 +637,8 @@ def evaluate_row(cfg: DictConfig, prepared: Prepared, retriever: Any, *, timing:
         if k in index.stats:
             metrics[f"index/{k}"] = float(index.stats[k])
     for k, v in index.stats.items():  # skip counts, timings, per-language chunk stats
-        if (k.startswith(("files_skipped_", "lang/")) or k.endswith("_s")
+        if (k.startswith(("files_skipped_", "lang/", "secrets_redacted", "files_redacted"))
+                or k.endswith("_s")
                 or k == "symbol_coverage"):
             metrics[f"index/{k}"] = float(v)
     links = None

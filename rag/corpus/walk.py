@@ -33,6 +33,13 @@ below):
 4. **Secrets** (``secret``, whatever ``exclude``/``include`` say, unless
    ``index_secrets=True``): see :func:`secret_kind`. Only paths and kinds are logged, never
    content.
+4b. **Secret literals** in the files that are indexed (a GitHub, Slack, Stripe, Google, npm,
+   PyPI, OpenAI, Anthropic or Hugging Face token, a JWT, a high-entropy literal assigned to
+   ``*password``/``*secret``/``*token``/``*api_key``, ...: :mod:`rag.corpus.secrets`) are
+   replaced by ``[REDACTED:<kind>]`` in the document's text, so the value is never chunked,
+   embedded, stored or served while the rest of the file stays searchable; counted per kind
+   (``secrets_redacted_<kind>``, ``files_redacted``), logged by path and kind. Off with
+   ``index_secrets=True`` too.
 5. A NUL byte in the first 8 KB (``binary``); minified or machine-generated one-line text
    judged by its average line length (``minified``, see :func:`looks_minified`).
 """
@@ -45,11 +52,14 @@ import os
 import re
 import subprocess
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
 import pathspec
+
+from rag.corpus.secrets import REDACTION_KINDS, redact_secrets
+from rag.corpus.secrets import is_placeholder as _is_placeholder
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +170,11 @@ class WalkStats:
     """Counts of what the walk kept and skipped; ``skipped`` maps reason -> file count.
 
     ``secrets`` lists ``(path, kind)`` of every file skipped as a secret (never its content);
-    ``listing`` is ``"git"`` when git listed the files, ``"filesystem"`` otherwise.
+    ``redacted`` counts the secret literals replaced by a marker in the files that were
+    indexed, per kind (:data:`rag.corpus.secrets.REDACTION_KINDS`), ``files_redacted`` the
+    files (or other documents) that held one and ``redactions`` lists ``(path, kinds)`` of
+    each (never a value); ``listing`` is ``"git"`` when git listed the files,
+    ``"filesystem"`` otherwise.
     """
 
     files_indexed: int = 0
@@ -170,6 +184,15 @@ class WalkStats:
     by_category: Counter = field(default_factory=Counter)
     secrets: list = field(default_factory=list)
     listing: str = ""
+    redacted: Counter = field(default_factory=Counter)
+    files_redacted: int = 0
+    redactions: list = field(default_factory=list)
+
+    def note_redacted(self, path: str, found: Counter) -> None:
+        """Count the literals ``found`` (kind -> number) redacted in the document ``path``."""
+        self.redacted.update(found)
+        self.files_redacted += 1
+        self.redactions.append((path, tuple(sorted(found))))
 
     def as_dict(self) -> dict:
         """Plain-dict form for logging (``skipped_<reason>`` keys)."""
@@ -185,6 +208,10 @@ class WalkStats:
             out[f"files_skipped_{reason}"] = self.skipped[reason]
         for cat in CATEGORIES:
             out[f"files_{cat}"] = self.by_category.get(cat, 0)
+        out["files_redacted"] = self.files_redacted
+        out["secrets_redacted"] = sum(self.redacted.values())
+        for kind in REDACTION_KINDS:
+            out[f"secrets_redacted_{kind}"] = self.redacted.get(kind, 0)
         return out
 
 
@@ -301,13 +328,6 @@ _CRED_NAME = re.compile(
     r"KEY|SECRET|TOKEN|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL|PRIVATE"
     r"|(?:^|[_.\-])(?:PASS|PWD|AUTH|DSN)(?:[_.\-]|$)")
 _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^/\s:@\"'<>]*):([^/\s@\"'<>]+)@")
-_PLACEHOLDER = re.compile(
-    r"^(?:<[^>]*>|\$\{[^}]*\}|\$\{\{.*\}\}|\{\{.*\}\}|\{[A-Za-z_][\w.]*\}|%\([\w.]*\)s|%s"
-    r"|\$[A-Z_][A-Z0-9_]*|\$\([^)]*\)|([xX*._#-])\1*"
-    r"|(?i:your\b.*|your[_\-].*|my[_\-]?(?:password|passwd|pass|secret|token|key)\d*|changeme"
-    r"|change[_\-]me|replace[_\-]?me|placeholder|todo|tbd|none|null|nil|true|false|yes|no|0|1"
-    r"|password|passwd|pass|pwd|pw|secret|token|xxx+|\*+|dummy|fake|example|sample|test"
-    r"|foo|bar|baz|.*example.*|.*[xX*]{4,}.*|.*(?:\u2026|\.\.\.).*))$")
 # AWS: a secret access key is 40 characters of base64; an access key id AKIA/ASIA + 16
 _AWS_SECRET = re.compile(
     r"(?i:aws_?secret_?(?:access_?)?key|secret_?access_?key)[\"']?\s*[=:]\s*[\"']?"
@@ -340,14 +360,6 @@ def _strip_value(raw: str) -> str:
     if v[:1] in "\"'":  # an opening quote without its closing one: keep what follows it
         return v[1:].strip()
     return re.split(r"\s+#", v, maxsplit=1)[0].strip()
-
-
-def _is_placeholder(value: str) -> bool:
-    """Empty or a stand-in: ``<...>``, ``${VAR}``, ``$VAR`` (an UPPER_CASE name only:
-    ``$uperS3cret`` is a value), ``{{ var }}``, ``%(name)s``, ``xxx``/``***``, ``changeme``,
-    ``your-...``, ``password``/``pass``/``secret``, anything holding ``example``, ``xxxx`` or an
-    ellipsis (``...``/``\u2026``: documentation elides real values)."""
-    return value == "" or bool(_PLACEHOLDER.match(value))
 
 
 def _url_has_password(text: str) -> bool:
@@ -646,19 +658,49 @@ def secret_kind(path: str, data: bytes) -> str | None:
     return None
 
 
+def redact_document_text(path: str, text: str, stats: WalkStats | None = None) -> str:
+    """``text`` of the document ``path`` with its secret literals replaced by
+    ``[REDACTED:<kind>]`` (:func:`rag.corpus.secrets.redact_secrets`), counted in ``stats``
+    and logged by path and kinds (never a value). The one place text enters the index."""
+    text, found = redact_secrets(text)
+    if found:
+        if stats is not None:
+            stats.note_redacted(path, found)
+        logger.info("secret literal(s) redacted (%s): %s",
+                    ", ".join(f"{k} x{n}" for k, n in sorted(found.items())), path)
+    return text
+
+
+def describe_redactions(stats: dict) -> str | None:
+    """One line for ``rag run`` and ``rag index`` output from flat walk stats
+    (:meth:`WalkStats.as_dict`): how many secret literals were replaced by a marker, in how
+    many files, per kind — ``secret literals redacted: 3 in 2 file(s) (github_token 2,
+    password 1)`` — or None when there were none."""
+    n = int(stats.get("secrets_redacted") or 0)
+    if not n:
+        return None
+    kinds = ", ".join(f"{k} {stats[f'secrets_redacted_{k}']}" for k in REDACTION_KINDS
+                      if stats.get(f"secrets_redacted_{k}"))
+    return (f"secret literals redacted: {n} in {stats.get('files_redacted', 0)} file(s) "
+            f"({kinds}); each replaced by [REDACTED:<kind>], the rest of the file indexed")
+
+
 def drop_secret_documents(docs: list[Document], stats: WalkStats | None = None,
                           index_secrets: bool = False) -> list[Document]:
     """``docs`` that are not files of the corpus (GitHub issues and pull requests) without
     those whose text holds a secret (:func:`content_secret_kind`: key blocks, AWS, npm and
     docker credentials), each counted as ``secret`` in ``stats`` like a file the walk skips
-    (path and kind logged, never the content). ``index_secrets=True`` keeps them all."""
+    (path and kind logged, never the content), and with the secret literals of the others
+    redacted as a file's are (:func:`redact_document_text`). ``index_secrets=True`` keeps
+    them all as they are."""
     if index_secrets:
         return list(docs)
     kept, dropped = [], []
     for d in docs:
         kind = content_secret_kind(d.text)
         if kind is None:
-            kept.append(d)
+            text = redact_document_text(d.path, d.text, stats)
+            kept.append(d if text is d.text else replace(d, text=text))
             continue
         dropped.append((d.path, kind))
         if stats is not None:
@@ -911,8 +953,9 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
             the ``build/``/``target/``/virtualenv rules and the minified heuristic (to reach a
             path inside an excluded directory, include the directory too). They do not
             override ignore files (use ``!pattern`` in a ``.ignore`` for that) or secrets.
-        index_secrets: index files that :func:`secret_kind` classifies as secrets (off by
-            default; turn on only for a corpus that never leaves your machine).
+        index_secrets: index files that :func:`secret_kind` classifies as secrets, and the
+            secret literals of the others unredacted (off by default; turn on only for a
+            corpus that never leaves your machine).
         use_git: list files with git when the root is in a work tree (False: the
             ``.gitignore`` walk everywhere).
 
@@ -994,6 +1037,7 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
         return None
 
     secrets_here: list[tuple[str, str]] = []
+    redacted_before = len(stats.redactions)
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -1066,6 +1110,8 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
                 text = data.decode("utf-8", errors="replace")
                 replaced = True
                 stats.decoded_with_replacement += 1
+            if not index_secrets:
+                text = redact_document_text(rel, text, stats)
             category = categorize(rel)
             stats.files_indexed += 1
             stats.bytes_indexed += size
@@ -1077,6 +1123,12 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
         more = f" and {len(secrets_here) - 10} more" if len(secrets_here) > 10 else ""
         logger.warning("%d file(s) under %s look like secrets and were not indexed: %s%s",
                        len(secrets_here), root, shown, more)
+    if stats.redactions[redacted_before:]:
+        here = stats.redactions[redacted_before:]
+        shown = ", ".join(f"{p} ({', '.join(k)})" for p, k in here[:10])
+        more = f" and {len(here) - 10} more" if len(here) > 10 else ""
+        logger.warning("%d file(s) under %s hold secret literals, indexed with each replaced "
+                       "by [REDACTED:<kind>]: %s%s", len(here), root, shown, more)
 
 
 def walk_settings(corpus: Any) -> dict[str, Any]:

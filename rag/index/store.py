@@ -20,7 +20,8 @@ from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 
 STORE_VERSION = "2"
 # bump when the walk's rules (what is skipped, how files are categorised) change
-WALK_VERSION = "4"
+# 5: secret literals in indexed files are redacted (rag/corpus/secrets.py)
+WALK_VERSION = "5"
 
 
 def stat_fingerprint(root: Path) -> str:
