@@ -31,6 +31,11 @@ into a rag corpus and golden set:
   name it is written as (:func:`rag.corpus.walk.secret_kind`: a private key block, an AWS
   secret, ...) is left out, counted (``counts.secrets``) and noted with its
   ``corpus.jsonl:LINE``; a qrels line that labels one is an error that says so.
+* **Documents too large to index are not written.** A document over ``max_document_bytes``
+  (``corpus.max_file_bytes``, UTF-8 bytes of what its file would hold) would be skipped by
+  the corpus walk as ``too_large``; it is left out, counted (``counts.too_large``) and noted
+  with its ``corpus.jsonl:LINE`` and size, and a qrels line that labels one is an error that
+  says so and names the setting to raise.
 * **Qrels.** Score > 0: a label with that grade (golden labels carry grades, used by nDCG);
   score <= 0: judged non-relevant, not a label. Queries of queries.jsonl with no relevant
   judgement in the split are not evaluated (counted, said once). No negatives.jsonl: the
@@ -174,17 +179,23 @@ def _write(root: Path, rel: str, content: str, where: str) -> None:
     target.write_bytes(data)
 
 
+#: ``corpus.max_file_bytes``'s default: a document larger than this is not indexed
+DEFAULT_MAX_DOCUMENT_BYTES = 1_000_000
+
+
 def convert_beir(src: Path, out: Path, *, split: str, name: str,
                  topics: list[Topic], negatives: list[Topic] | None,
-                 judgements: list[Judgement]) -> dict[str, Any]:
+                 judgements: list[Judgement],
+                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> dict[str, Any]:
     """Write ``out/corpus`` and ``out/golden`` from the BEIR folder ``src`` (queries,
     negatives and judgements already read). Returns the manifest's content (without the
     keys :func:`rag.datasets.common.materialise` adds).
 
     Raises:
         DatasetError: a bad or repeated corpus line (``corpus.jsonl:line``), two ids that
-            would be one file, a judgement naming an unknown document, or an empty split
-            (judgements of queries not in queries.jsonl are counted, not an error).
+            would be one file, a judgement naming an unknown document (or one too large to
+            index: over ``max_document_bytes``), or an empty split (judgements of queries not
+            in queries.jsonl are counted, not an error).
     """
     corpus_file = src / CORPUS_FILE
     lines: dict[str, int] = {}
@@ -212,7 +223,14 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     taken: dict[str, str] = {}
     held: dict[str, tuple[str, str]] = {}  # id -> (content, where) kept for the symbol check
     secrets: dict[str, tuple[str, str]] = {}  # id -> (corpus.jsonl:LINE, kind): not written
+    too_large: dict[str, tuple[str, int]] = {}  # id -> (corpus.jsonl:LINE, bytes): not written
     binary = 0
+
+    def oversized(doc_id: str, content: str, n: int) -> bool:
+        size = len(content.encode("utf-8", "surrogatepass"))
+        if size > max_document_bytes:
+            too_large[doc_id] = (f"{CORPUS_FILE}:{n}", size)
+        return size > max_document_bytes
 
     def secret(doc_id: str, rel: str, content: str, n: int) -> bool:
         kind = secret_kind(rel, content.encode("utf-8", "surrogatepass"))
@@ -232,7 +250,7 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
             raise DatasetError(f"{where}: doc id {doc_id!r} would be written as {rel!r}, as "
                                f"doc id {taken[rel]!r} is")
         taken[rel] = doc_id
-        if secret(doc_id, rel, content, n):
+        if oversized(doc_id, content, n) or secret(doc_id, rel, content, n):
             continue
         file_of[doc_id] = rel
         binary += "\x00" in content[:8192]
@@ -251,7 +269,8 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
             raise DatasetError(f"{where}: doc id {doc_id!r} would be written as {rel!r}, as "
                                f"doc id {taken[rel]!r} is")
         taken[rel] = doc_id
-        if secret(doc_id, rel, content, int(where.rsplit(":", 1)[1])):
+        line = int(where.rsplit(":", 1)[1])
+        if oversized(doc_id, content, line) or secret(doc_id, rel, content, line):
             continue
         file_of[doc_id] = rel
         _write(root, rel, content, where)
@@ -260,6 +279,12 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
     def resolve(doc: str, where: str) -> dict[str, Any]:
         if doc in symbol_docs:
             return {"path": symbol_docs[doc][0], "symbol": symbol_docs[doc][1]}
+        if doc in too_large:
+            line, size = too_large[doc]
+            raise DatasetError(f"{where}: document {doc!r} ({line}) is {size:,} bytes, over "
+                               f"corpus.max_file_bytes ({max_document_bytes:,}): the corpus "
+                               "walk would skip it as too large, so it cannot be a label; "
+                               f"pass corpus.max_file_bytes={size} to index it")
         if doc in secrets:
             line, kind = secrets[doc]
             raise DatasetError(f"{where}: document {doc!r} ({line}) holds a secret ({kind}): it "
@@ -286,6 +311,12 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
         more = f" and {len(secrets) - 10} more" if len(secrets) > 10 else ""
         notes.append(f"{len(secrets)} documents hold a secret and are not written (the corpus "
                      f"walk never indexes one): {shown}{more}")
+    if too_large:
+        shown = ", ".join(f"{line} ({size:,} bytes)" for line, size in list(too_large.values())[:10])
+        more = f" and {len(too_large) - 10} more" if len(too_large) > 10 else ""
+        notes.append(f"{len(too_large)} documents are over corpus.max_file_bytes "
+                     f"({max_document_bytes:,} bytes) and are not written (the corpus walk "
+                     f"would skip them): {shown}{more}")
     if binary:
         notes.append(f"{binary} documents hold a NUL character: the corpus walk skips them "
                      "as binary")
@@ -296,11 +327,14 @@ def convert_beir(src: Path, out: Path, *, split: str, name: str,
                   symbol_documents=len(symbol_docs))
     if secrets:
         counts["secrets"] = len(secrets)
+    if too_large:
+        counts["too_large"] = len(too_large)
     return {"sources": {"path": str(src), "split": split}, "counts": counts, "notes": notes,
             "ids": mapped, "symbol_documents": symbol_docs}
 
 
-def prepare_beir(src: Path, *, split: str, name: str, cache_root: Path) -> Prepared:
+def prepare_beir(src: Path, *, split: str, name: str, cache_root: Path,
+                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Prepared:
     """The BEIR folder ``src`` as a rag corpus and golden set, converted once into
     ``cache_root/<name>-beir-<hash>`` (reused while its files are unchanged).
 
@@ -310,6 +344,8 @@ def prepare_beir(src: Path, *, split: str, name: str, cache_root: Path) -> Prepa
         split: the qrels file's name, ``qrels/<split>.tsv``.
         name: the dataset's name: the golden set's ``corpus:`` and the cache folder's prefix.
         cache_root: ``${paths.cache_dir}/datasets``.
+        max_document_bytes: ``corpus.max_file_bytes``: larger documents are not written
+            (a label naming one is an error).
 
     Returns:
         :class:`rag.datasets.common.Prepared` with ``corpus_root`` set.
@@ -333,13 +369,17 @@ def prepare_beir(src: Path, *, split: str, name: str, cache_root: Path) -> Prepa
             raise DatasetError(f"{f}: not found (BEIR {what})")
     neg_file = src / NEGATIVES_FILE
     files["negatives"] = neg_file if neg_file.is_file() else None
-    fp = fingerprint("beir", name, files, split=split)
+    # the size cap is part of the conversion's identity (the default keeps earlier keys)
+    fp = fingerprint("beir", name, files, split=split,
+                     **({} if max_document_bytes == DEFAULT_MAX_DOCUMENT_BYTES
+                        else {"max_document_bytes": max_document_bytes}))
 
     def write(tmp: Path) -> dict[str, Any]:
         topics = _queries(files["queries"], "BEIR queries")
         negatives = _queries(neg_file, "negatives") if files["negatives"] else None
         return convert_beir(src, tmp, split=split, name=name, topics=topics,
-                            negatives=negatives, judgements=read_qrels(files["qrels"]))
+                            negatives=negatives, judgements=read_qrels(files["qrels"]),
+                            max_document_bytes=max_document_bytes)
 
     folder, manifest, reused = materialise(cache_root, fmt="beir", name=name, fp=fp, write=write)
     prepared = Prepared(corpus_root=folder / CORPUS_DIR, golden_dir=folder / GOLDEN_DIR,

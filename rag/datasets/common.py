@@ -396,7 +396,8 @@ def _beir(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
 
     d = cfg.dataset
     return prepare_beir(expand_path(d.path, base=Path.cwd()), split=str(d.split),
-                        name=str(d.name), cache_root=cache_root)
+                        name=str(d.name), cache_root=cache_root,
+                        max_document_bytes=int(cfg.corpus.max_file_bytes))
 
 
 def _trec(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
