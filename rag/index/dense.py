@@ -260,21 +260,23 @@ class EmbeddingCache:
     """
 
     def __init__(self, cache_dir: Path, model_id: str, dim: int) -> None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
         self.path = cache_dir / f"{_safe_name(model_id)}.sqlite"
         self.model_id = model_id
         self.dim = dim
-        self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS emb (hash TEXT PRIMARY KEY, vec BLOB NOT NULL, "
-            "n_tokens INTEGER NOT NULL)")
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('model_id', ?)", (model_id,))
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('dim', ?)", (str(dim),))
-        self._db.commit()
-        stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        self._db = None
+        with self._writing():
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS emb (hash TEXT PRIMARY KEY, vec BLOB NOT NULL, "
+                "n_tokens INTEGER NOT NULL)")
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('model_id', ?)", (model_id,))
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('dim', ?)", (str(dim),))
+            self._db.commit()
+            stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         if stored["model_id"] != model_id or int(stored["dim"]) != dim:
             raise ValueError(f"embedding cache {self.path} belongs to {stored}, not {model_id}")
 
@@ -294,11 +296,35 @@ class EmbeddingCache:
         are left alone."""
         rows = [(h, np.ascontiguousarray(v, dtype=np.float32).tobytes(), int(n))
                 for h, v, n in zip(hashes, vecs, n_tokens)]
-        self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?, ?, ?)", rows)
-        self._db.commit()
+        with self._writing():
+            self._db.executemany("INSERT OR IGNORE INTO emb VALUES (?, ?, ?)", rows)
+            self._db.commit()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn an ``OSError`` or a SQLite error (``database or disk is full``, ``attempt to
+        write a readonly database``) into one :class:`rag.core.errors.CacheWriteError`
+        naming the cache file; the transaction is rolled back (SQLite keeps no partial
+        batch) and the connection closed."""
+        from rag.core.errors import CacheWriteError, os_problem
+
+        try:
+            yield
+        except (OSError, sqlite3.Error) as exc:
+            if self._db is not None:
+                try:
+                    self._db.rollback()
+                    self._db.close()
+                except sqlite3.Error:
+                    pass
+                self._db = None
+            raise CacheWriteError(f"cannot write the embedding cache "
+                                  f"{getattr(exc, 'filename', None) or self.path}: "
+                                  f"{os_problem(exc)}") from None
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 @dataclass

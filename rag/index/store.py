@@ -96,12 +96,29 @@ def save(path: Path, fingerprint: str, chunks: list[Chunk], walk_stats: dict[str
          line_counts: dict[str, int] | None = None) -> None:
     """Write the store atomically (temporary file, then rename). ``files`` maps each path to
     the SHA-256 of its text, so the next build can say what was added, changed or removed;
-    ``line_counts`` each path's number of lines (golden span labels are checked on it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ``line_counts`` each path's number of lines (golden span labels are checked on it).
+
+    Raises:
+        CacheWriteError: the store cannot be written (out of space, read-only cache), naming
+            the path; the temporary file is removed and the previous store stays.
+    """
+    from rag.core.errors import CacheWriteError, os_problem
+
+    text = json.dumps({"version": STORE_VERSION, "stat_fingerprint": fingerprint,
+                       "corpus_fingerprint": corpus_fingerprint,
+                       "walk_stats": walk_stats, "files": files or {},
+                       "line_counts": line_counts or {},
+                       "chunks": [asdict(c) for c in chunks]})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": STORE_VERSION, "stat_fingerprint": fingerprint,
-                               "corpus_fingerprint": corpus_fingerprint,
-                               "walk_stats": walk_stats, "files": files or {},
-                               "line_counts": line_counts or {},
-                               "chunks": [asdict(c) for c in chunks]}), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CacheWriteError(f"cannot write the chunk store {exc.filename or path}: "
+                              f"{os_problem(exc)}") from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass

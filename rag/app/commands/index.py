@@ -1,5 +1,6 @@
 """``rag index``: build or update the index of a corpus and say what changed
-(rag/app/search_cli.py)."""
+(rag/app/search_cli.py); ``--verify`` checks the published builds instead
+(rag/app/index_verify.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ def add_parser(sub):
     where.add_argument("--path", default=None, help="a directory to index (default: the default corpus)")
     where.add_argument("--corpus", default=None, metavar="NAME",
                        help="a corpus config from conf/corpus/ (default: flask)")
+    p.add_argument("--verify", action="store_true",
+                   help="build nothing: check every published build of the corpus against the "
+                        "sizes, SHA-256 and shapes its manifest records (exit 0 whole, 1 a "
+                        "damaged build, named; 2 nothing published)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides (before or after the options)")
     return p
@@ -22,6 +27,20 @@ def run(args, rest, parser) -> int:
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*args.overrides, *rest]
+    if args.verify:
+        from rag.app.index_verify import verify_command
+
+        return verify_command(args)
     from rag.app.search_cli import index_command
 
-    return index_command(args)
+    try:
+        return index_command(args)
+    except OSError as exc:  # a write no stage names itself (e.g. a read-only cache folder)
+        import sys
+
+        from rag.core.errors import os_problem
+        from rag.core.exit_codes import ExitCode
+
+        where = exc.filename or "the cache"
+        print(f"error: cannot write {where}: {os_problem(exc)}", file=sys.stderr)
+        return int(ExitCode.ERROR)

@@ -44,18 +44,33 @@ def check(e: Any) -> None:
 def load(e: Any, *, cache_dir: Path) -> Any:
     """The encoder (or the query/document pair) ``e`` names.
 
+    A query side on ONNX over the export (``embedder.onnx_path=export``) whose export is missing
+    and cannot be made or written here (:class:`rag.index.onnx_embedder.ExportError`) falls
+    back to the torch model, with one warning line, when the chunks are torch's.
+
     Raises:
         ModelNotFoundError: the model, its tokenizer or the ONNX file is missing.
-        RunError: onnxruntime (or, to export once, torch and onnx) is missing.
+        RunError: onnxruntime (or, to export once, torch and onnx) is missing; the export
+            cannot be made for an ``embedder.backend=onnx`` (no fallback there).
     """
     backend = str(_value(e.backend))
     query = str(_value(e.query_backend) or backend)
     dtype = str(_value(e.dtype))
     if query == backend:
         return encoder(e, backend=backend, dtype=dtype, cache_dir=cache_dir, role="both")
-    from rag.index.onnx_embedder import SplitEmbedder, sentence_transformer_model_id
+    from rag.index.onnx_embedder import ExportError, SplitEmbedder, sentence_transformer_model_id
 
-    query_side = encoder(e, backend=query, dtype=dtype, cache_dir=cache_dir, role="query")
+    try:
+        query_side = encoder(e, backend=query, dtype=dtype, cache_dir=cache_dir, role="query")
+    except ExportError as exc:
+        if backend != "torch":
+            raise
+        import sys
+
+        # the export cannot be made here (a full or read-only cache, no onnx): queries are
+        # embedded by the torch model itself, the one the build's chunks were embedded with
+        print(f"warning: {exc}; embedding queries with torch instead", file=sys.stderr)
+        return encoder(e, backend="torch", dtype=dtype, cache_dir=cache_dir, role="both")
     if backend == "torch":  # loaded only when a chunk must be embedded
         doc_id = sentence_transformer_model_id(
             name=e.name, model_path=e.model_path, max_seq_length=e.max_seq_length,
