@@ -137,6 +137,127 @@ def cli_error(exc: BaseException) -> None:
     raise exc
 
 
+#: config keys (a group, or a dotted prefix) that ``rag search`` and ``rag serve`` never read,
+#: each with what does read it; ``None`` marks a key under such a prefix that they do read. An
+#: override of an unread key would change nothing, so it is refused, naming the key
+#: (:func:`check_overrides`), instead of being silently ignored.
+UNREAD_KEYS: dict[str, str | None] = {
+    "eval": "evaluation settings, read by `python -m rag.run`",
+    "tracking": "the ledger, written by `python -m rag.run`",
+    "tracking.uri": None,  # where abstain.calibration is looked up
+    "sweep": "sweeps, run by `python -m rag.run -m`",
+    "suite": "suites, run by `python -m rag.run -m`",
+    "dataset": "external datasets are converted by `python -m rag.run`; search a directory "
+               "with -r DIR",
+    "retriever": "what a run evaluates; this command always searches with rag's own pipeline",
+    "corpus.golden_dir": "the golden set a run evaluates",
+    "rerank.gate_thresholds": "thresholds a run only evaluates (its rerank_gate/* metrics)",
+    "abstain.target_false_weak": "a target of the thresholds a run suggests",
+    "abstain.target_dropped": "a target of the thresholds a run suggests",
+}
+
+#: what ``rag serve`` (and ``rag search`` without ``--check-links``) does not read besides: the
+#: link check's settings
+UNREAD_WITHOUT_LINK_CHECK: dict[str, str | None] = {
+    **UNREAD_KEYS, "links": "the link check of `rag search --check-links` and of runs"}
+
+
+def _unread_reason(key: str, unread: dict[str, str | None]) -> str | None:
+    """Why ``key`` (dotted) is not read: the entry of its longest prefix in ``unread``."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in unread:
+            return unread[prefix]
+    return None
+
+
+def _override_key(override: str) -> str:
+    """The dotted key (or group) an override sets: ``+~`` and ``@package`` dropped."""
+    return re.split(r"[=@]", override.lstrip("+~"), maxsplit=1)[0].replace("/", ".")
+
+
+def read_overrides(overrides: list[str], *,
+                   unread: dict[str, str | None] = UNREAD_WITHOUT_LINK_CHECK) -> list[str]:
+    """The ``overrides`` ``rag search`` / ``rag serve`` read (those :func:`check_overrides`
+    would not refuse by key): what a caller holding a run's overrides (the benchmark) passes
+    on to them."""
+    return [o for o in overrides if not _unread_reason(_override_key(o), unread)]
+
+
+def check_overrides(overrides: list[str], *, command: str,
+                    unread: dict[str, str | None] = UNREAD_KEYS) -> None:
+    """Refuse an override ``command`` (``rag search``, ``rag serve``) would not honour: one of a
+    key or a group in ``unread`` (``eval.ndcg_k=5``, ``tracking=mlflow``, ``retriever=http``),
+    or a ``system=`` whose composed ``retriever.kind`` is not ``pipeline`` (``system=ripgrep``:
+    a peer this command does not run).
+
+    Raises:
+        SystemExit (:class:`CliError`): one ``error:`` line naming the key (exit 2); a bad
+            override as :func:`compose_config` refuses it.
+    """
+    for o in overrides:
+        key = _override_key(o)
+        reason = _unread_reason(key, unread)
+        if reason:
+            raise fail(f"{key}: {command} does not read it ({reason}); drop the override")
+    # a system (conf/system/, a global package) may name a peer: composed only then (a
+    # composition costs a cold `rag search` ~0.5 s)
+    systems = [o for o in overrides if _override_key(o).split(".")[0] == "system"]
+    if not systems:
+        return
+    try:
+        cfg = compose_config(list(overrides))
+    except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
+        cli_error(exc)
+    kind = str(getattr(cfg.retriever.kind, "value", cfg.retriever.kind))
+    if kind != "pipeline":
+        raise fail(f"retriever.kind={kind} (from {' '.join(systems)}): {command} always "
+                   "searches with rag's own pipeline; evaluate a peer with `python -m rag.run`")
+
+
+def check_rerank_overrides(cfg, overrides: list[str], *, command: str) -> None:
+    """Refuse a ``rerank.*`` override while ``rerank.enabled`` is false (``rag search``: no
+    request can enable reranking later, so it would change nothing).
+
+    Raises:
+        SystemExit (:class:`CliError`): one ``error:`` line naming the key (exit 2).
+    """
+    if cfg.rerank.enabled:
+        return
+    for o in overrides:
+        key = _override_key(o)
+        if key.startswith("rerank.") and key != "rerank.enabled":
+            raise fail(f"{key}: rerank.enabled is false, so {command} does not rerank and the "
+                       "override changes nothing (add rerank.enabled=true, or choose "
+                       "rerank=late_interaction / rerank=cross_encoder)")
+
+
+def search_reranker(cfg, index):
+    """The second stage ``cfg.rerank`` configures for ``rag search`` / ``rag serve``, loaded now
+    (None when ``rerank.enabled`` is false): late interaction reads the token vectors of the
+    torch model beside the ONNX query encoder (loaded here, once); a cross-encoder is never
+    trained here (without a model, ``rag reranker train`` is named).
+
+    Raises:
+        SystemExit (:class:`CliError`): the reranker cannot be built or loaded, one ``error:``
+            line (exit 2).
+    """
+    from rag.app.config import expand_path
+    from rag.search.rerank import RerankerError, build_reranker
+
+    if not cfg.rerank.enabled:
+        return None
+    dense = getattr(index, "dense", None)
+    try:
+        reranker = build_reranker(cfg, getattr(dense, "embedder", None),
+                                  expand_path(cfg.paths.cache_dir), train_if_missing=False)
+        load = getattr(reranker, "load", None)
+        return load() if load is not None else reranker
+    except RerankerError as exc:
+        raise fail(str(exc)) from None
+
+
 #: the query encoder ``rag search`` and ``rag serve`` use unless told otherwise: the fp32 ONNX
 #: export of the torch model (the same top 8 on every Flask and zod golden query,
 #: experiments/query_encoder.md), which needs no torch and embeds a query in about a third of
@@ -244,11 +365,11 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         cli_error(exc)
 
 
-def search_abstention(cfg, index):
+def search_abstention(cfg, index, *, has_reranker: bool = False):
     """(search options, learned gate or None): the config's search flags with the abstention
     that ``abstain.signal`` / ``abstain.calibration`` ask for — the same setup the ledger's run
     uses (:func:`rag.eval.transfer.abstention_setup`), so `rag search` and `rag serve` abstain as the
-    measured row did.
+    measured row did. ``has_reranker``: a second stage runs (a learned gate may read it).
 
     Raises:
         SystemExit (:class:`CliError`): the calibration cannot be read or applied.
@@ -272,7 +393,7 @@ def search_abstention(cfg, index):
         options, gate, _ = abstention_setup(
             cfg, SearchOptions.from_config(cfg), cal,
             model_id=dense.embedder.model_id if dense is not None else "",
-            golden_fingerprint="", has_reranker=False, has_dense=dense is not None)
+            golden_fingerprint="", has_reranker=has_reranker, has_dense=dense is not None)
         return options, gate
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
@@ -336,11 +457,16 @@ def search_command(args: Namespace, *, now: float | None = None) -> int:
     path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
         raise fail("empty query")
+    check_links = bool(getattr(args, "check_links", False))
+    check_overrides(overrides, command="rag search",
+                    unread=UNREAD_KEYS if check_links else UNREAD_WITHOUT_LINK_CHECK)
     cfg, index, manifest = _load(overrides, corpus_dir=path, query_backend=SERVING_QUERY_BACKEND)
-    opts, gate = search_abstention(cfg, index)
+    check_rerank_overrides(cfg, overrides, command="rag search")
+    reranker = search_reranker(cfg, index)
+    opts, gate = search_abstention(cfg, index, has_reranker=reranker is not None)
     if args.types:
         opts = SearchOptions(**{**opts.__dict__, "types": tuple(args.types)})
-    res = SearchPipeline(index, opts, gate=gate).search(args.query)
+    res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(args.query)
     source = link_source(cfg, manifest)
     info = index_info(manifest, max_age_h=cfg.index.max_age_h, now=now)
     out: dict[str, Any] = {
@@ -355,7 +481,7 @@ def search_command(args: Namespace, *, now: float | None = None) -> int:
               f"(index.max_age_h={cfg.index.max_age_h:g}); still served, flagged stale: true; "
               "run `rag index` to refresh it", file=sys.stderr)
     report = None
-    if getattr(args, "check_links", False):
+    if check_links:
         from rag.core.trace_links import check_from_config
 
         top = out["hits"][:int(cfg.links.top_n)]
@@ -411,10 +537,6 @@ def index_command(args: Namespace) -> int:
           f"pieces: {100 * float(s.get('chunks_truncated_share', 0)):.1f}%")
     if (langs := describe_languages(s)) is not None:
         print(langs)
-    from rag.corpus.walk import describe_redactions
-
-    if (redacted := describe_redactions(s)) is not None:
-        print(redacted)
     if s.get("corpus_read"):
         changes = s.get("files_changed")
         if changes is not None:

@@ -36,7 +36,9 @@ def bench_cold_search(overrides: Sequence[str], scratch: Path, *, reps: int,
     Raises:
         rag.bench.measure.ChildFailed: a search exited non-zero.
     """
-    base = [sys.executable, "-m", "rag", "search", query, *overrides]
+    from rag.app.search_cli import read_overrides
+
+    base = [sys.executable, "-m", "rag", "search", query, *read_overrides(list(overrides))]
     progress("cli: building the index once (untimed)")
     run_child([sys.executable, "-m", "rag", "index", *overrides],
               log=scratch / "logs" / "cli-index.log")

@@ -124,6 +124,9 @@ def bench_serve(queries: list[str], *, requests: int, concurrency: int,
     from rag.search.pipeline import SearchOptions, SearchPipeline
     from rag.app.search_cli import SERVING_QUERY_BACKEND, _load
 
+    from rag.app.search_cli import read_overrides
+
+    overrides = read_overrides(overrides)  # a run's eval.* / tracking.* keys: not the service's
     variants = dict(VARIANTS if variants is None else variants)
     out_variants: dict = {}
     with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp:

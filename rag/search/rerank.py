@@ -35,6 +35,11 @@ class Reranker(Protocol):
 
     def score(self, query: str, chunks: Sequence) -> list[float]: ...
 
+    def load(self) -> "Reranker":
+        """Load whatever is loaded on first use now; returns self (RerankerError if it
+        cannot be)."""
+        ...
+
 
 def maxsim(query_tokens: np.ndarray, doc_tokens: np.ndarray) -> float:
     """Late-interaction score of one pair.
@@ -55,17 +60,31 @@ def maxsim(query_tokens: np.ndarray, doc_tokens: np.ndarray) -> float:
 
 
 class LateInteractionReranker:
-    """MaxSim over all-MiniLM-L6-v2 token embeddings (see module docstring)."""
+    """MaxSim over all-MiniLM-L6-v2 token embeddings (see module docstring).
+
+    Args:
+        embedder: the sentence-transformers embedder (``embedder.backend=torch``) whose token
+            vectors are read, or a :class:`rag.index.onnx_embedder.SplitEmbedder` whose
+            queries run elsewhere (ONNX, ``rag search`` and ``rag serve``'s default) and whose
+            document side is that model: its torch model is then loaded on first use, once
+            (:attr:`model`), beside the query encoder.
+        cache_dir: where chunk token vectors are kept (one SQLite file per model id).
+
+    The token cache is keyed by the document model's id (``documents_model_id`` of a split
+    embedder), so a split embedder and the plain torch one share it.
+    """
 
     kind = "late_interaction"
     score_unit = "maxsim: mean over query tokens of the best token cosine, in [-1, 1]"
 
     def __init__(self, embedder, cache_dir: Path) -> None:
         self.embedder = embedder
+        self._model = None
+        self._model_lock = threading.Lock()
         cache_dir.mkdir(parents=True, exist_ok=True)
         from rag.index.dense import _safe_name
 
-        model_id = embedder.model_id + "|token_embeddings"
+        model_id = getattr(embedder, "documents_model_id", embedder.model_id) + "|token_embeddings"
         self.model_id = model_id
         # rag serve scores requests on a thread pool: one connection shared across threads,
         # every use under a lock
@@ -77,10 +96,35 @@ class LateInteractionReranker:
                          " dim INTEGER NOT NULL, vec BLOB NOT NULL)")
         self._db.commit()
 
+    @property
+    def model(self):
+        """The ``SentenceTransformer`` token vectors come from, loaded on first use (once,
+        under a lock: requests of ``rag serve`` arrive on several threads).
+
+        Raises:
+            RerankerError: the embedder has no sentence-transformers model on torch (e.g.
+                ``embedder.backend=onnx`` on both sides), or it cannot be loaded.
+        """
+        if self._model is None:
+            with self._model_lock:
+                if self._model is None:
+                    self._model = _token_model(self.embedder)
+        return self._model
+
+    def load(self) -> "LateInteractionReranker":
+        """Load the model now (``rag serve`` at start-up, so a bad configuration is refused
+        before the first request, and the first request is not the slow one); returns self.
+
+        Raises:
+            RerankerError: see :attr:`model`.
+        """
+        self.model  # noqa: B018 - loads it
+        return self
+
     def _encode(self, texts: list[str]) -> list[np.ndarray]:
-        out = self.embedder.model.encode(texts, output_value="token_embeddings",
-                                         convert_to_numpy=False, show_progress_bar=False,
-                                         batch_size=16)
+        out = self.model.encode(texts, output_value="token_embeddings",
+                                convert_to_numpy=False, show_progress_bar=False,
+                                batch_size=16)
         return [t.detach().cpu().numpy().astype(np.float32) for t in out]
 
     def token_embeddings(self, chunks: Sequence) -> list[np.ndarray]:
@@ -110,6 +154,41 @@ class LateInteractionReranker:
         """MaxSim score of ``query`` against each chunk."""
         qtok = self._encode([query])[0]
         return [maxsim(qtok, d) for d in self.token_embeddings(chunks)]
+
+
+def _token_model(embedder):
+    """The ``SentenceTransformer`` of ``embedder`` (a split embedder's document side, loaded
+    now by its ``model`` property).
+
+    Raises:
+        RerankerError: there is none, or it cannot be loaded.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        model = getattr(embedder, "model", None)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be loaded (ModelNotFoundError, OSError)
+        raise RerankerError(f"rerank.kind=late_interaction: cannot load the token encoder of "
+                            f"{embedder.model_id.split('|')[0]} ({type(exc).__name__}: {exc})") from None
+    if not isinstance(model, SentenceTransformer):
+        raise RerankerError(_NEEDS_TRANSFORMER)
+    return model
+
+
+_NEEDS_TRANSFORMER = ("rerank.kind=late_interaction reads token embeddings from a "
+                      "sentence-transformers model on torch: it needs embedder=minilm (or "
+                      "another sentence_transformers embedder) with embedder.backend=torch; "
+                      "embedder.query_backend may stay onnx")
+
+
+def late_interaction_source(embedder) -> bool:
+    """Whether late interaction can read token vectors from ``embedder``: a
+    sentence-transformers embedder, or a split one (queries on another runtime) — whose document
+    side is checked only when it is loaded (:meth:`LateInteractionReranker.load`)."""
+    from rag.index.dense import SentenceTransformerEmbedder
+
+    return isinstance(embedder, SentenceTransformerEmbedder) or \
+        hasattr(embedder, "documents_model_id")
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -162,6 +241,11 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.model_id = model_id or model
 
+    def load(self) -> "CrossEncoderReranker":
+        """Nothing to do (the model is loaded when built); returns self, as
+        :meth:`LateInteractionReranker.load` does."""
+        return self
+
     def logits(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """Raw logits, shape (len(texts),), float64."""
         if not texts:
@@ -183,6 +267,10 @@ def build_reranker(cfg, embedder, cache_dir: Path, *, train_if_missing: bool = T
     writes under ``cache_dir/rerankers``; if it is not there and ``train_if_missing``, it is
     trained now with ``rerank.train`` (minutes; progress to ``log``).
 
+    Late interaction over a split embedder (``embedder.query_backend=onnx``, the default of
+    ``rag search`` and ``rag serve``) reads the tokens of its document side, the torch model,
+    loaded on first use; call :meth:`LateInteractionReranker.load` to load it now.
+
     Raises:
         RerankerError: late interaction without a transformer embedder; no trained model and
             ``train_if_missing`` false; a model that cannot be loaded.
@@ -192,11 +280,8 @@ def build_reranker(cfg, embedder, cache_dir: Path, *, train_if_missing: bool = T
         return None
     kind = str(getattr(r.kind, "value", r.kind))
     if kind == "late_interaction":
-        from rag.index.dense import SentenceTransformerEmbedder
-
-        if not isinstance(embedder, SentenceTransformerEmbedder):
-            raise RerankerError("rerank.kind=late_interaction needs a transformer embedder "
-                                "(embedder=minilm)")
+        if embedder is None or not late_interaction_source(embedder):
+            raise RerankerError(_NEEDS_TRANSFORMER)
         return LateInteractionReranker(embedder, cache_dir / "token_embeddings")
     if r.model:
         from rag.index.dense import _dir_fingerprint

@@ -75,3 +75,41 @@ def test_late_interaction_reranker_serves_other_threads(fixture_repo, embedder, 
         t.join()
     assert errors == []
     assert all(g == pytest.approx(here) for g in got) and len(got) == 3
+
+
+def test_late_interaction_over_a_split_embedder_loads_its_document_side_once(embedder, tmp_path):
+    """ONNX queries (rag search / rag serve's default), torch chunks: the tokens are the
+    document side's, loaded on first use, and cached under the document model's id."""
+    from rag.index.onnx_embedder import SplitEmbedder
+    from rag.search.rerank import LateInteractionReranker, RerankerError, build_reranker
+
+    class Query:  # stands in for the ONNX query encoder: no token vectors of its own
+        model_id, dim, max_seq_length, name = "q|onnx", embedder.dim, 256, "q"
+
+    loads: list = []
+    split = SplitEmbedder(Query(), lambda: loads.append(1) or embedder,
+                          documents_model_id=embedder.model_id)
+
+    class Cfg:
+        class rerank:  # noqa: N801 - the config group's shape
+            enabled, kind = True, "late_interaction"
+
+    rr = build_reranker(Cfg, split, tmp_path)
+    assert isinstance(rr, LateInteractionReranker) and loads == []  # nothing loaded yet
+    assert rr.model_id == embedder.model_id + "|token_embeddings"
+    assert rr.load() is rr and rr.model is embedder.model and loads == [1]
+    rr.load()
+    assert loads == [1]
+    direct = LateInteractionReranker(embedder, tmp_path / "direct")
+    assert rr._encode(["refund money"])[0] == pytest.approx(direct._encode(["refund money"])[0])
+
+    # a document side with no sentence-transformers model (embedder.backend=onnx): refused
+    # when loaded, naming the keys; no embedder at all (a bm25-only index): refused when built
+    class OnnxDocs:
+        model_id, dim = "d|onnx", embedder.dim
+
+    onnx_both = SplitEmbedder(Query(), lambda: OnnxDocs(), documents_model_id="d|onnx")
+    with pytest.raises(RerankerError, match="embedder.backend=torch"):
+        build_reranker(Cfg, onnx_both, tmp_path).load()
+    with pytest.raises(RerankerError, match="late_interaction reads token embeddings"):
+        build_reranker(Cfg, None, tmp_path)

@@ -1,4 +1,5 @@
-"""``rag serve``: POST /search and GET /health over HTTP (rag/app/serve/)."""
+"""``rag serve``: POST /search and GET /health over HTTP (rag/app/serve/), for the configured
+host names only (rag/app/serve/hosts.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ NAME, ORDER = "serve", 60
 
 
 def add_parser(sub):
+    from rag.app.serve.hosts import LOOPBACK_HOSTS
+
     p = sub.add_parser("serve", help="serve POST /search and GET /health over HTTP")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -25,6 +28,15 @@ def add_parser(sub):
                         "an HMAC-SHA256 of the query; re-read when the file changes "
                         "(rotation). Default: RAG_LOG_HMAC_KEY_FILE, else "
                         "RAG_LOG_HMAC_KEY, else no correlation id")
+    p.add_argument("--allowed-hosts", default=None, metavar="HOSTS",
+                   help="answer only requests whose Host header names one of these "
+                        "(comma-separated; * for any); others get 400. Default: "
+                        f"RAG_ALLOWED_HOSTS, else {','.join(LOOPBACK_HOSTS)} and the --host "
+                        "address")
+    p.add_argument("--allowed-origins", default=None, metavar="ORIGINS",
+                   help="browser origins (scheme://host[:port], comma-separated, or *) "
+                        "answered with CORS headers; a request from any other Origin gets "
+                        "403 unless it is a GET. Default: RAG_ALLOWED_ORIGINS, else none")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides (the RAG_* environment flags also apply)")
     return p
@@ -36,4 +48,5 @@ def run(args, rest, parser) -> int:
 
     return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
                  batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
-                 log_key_file=args.log_key_file)
+                 log_key_file=args.log_key_file, allowed_hosts=args.allowed_hosts,
+                 allowed_origins=args.allowed_origins)

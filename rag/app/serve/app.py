@@ -501,7 +501,7 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None,
                batch_wait_ms: float | None = None, max_batch: int | None = None,
                correlation: CorrelationKeys | None = None,
-               clock: Callable[[], float] = time.time):
+               clock: Callable[[], float] = time.time, reranker=None, hosts=None):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
 
     ``options`` / ``gate``: the default search options and learned abstention gate
@@ -523,6 +523,12 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     answer's ``index`` says whether the build is ``stale`` (older than ``index.max_age_h``
     by ``clock``, epoch seconds; a warning is logged). ``correlation``: HMAC keys for the
     search lines' ``correlation_id`` (:class:`CorrelationKeys`; None: no correlation id).
+
+    ``reranker``: the second stage, already built and loaded (``rag serve`` builds it at
+    start-up when ``rerank.enabled``, :func:`rag.app.search_cli.search_reranker`); None: built
+    on the first request that asks for one (``"rerank": true``; 422 if it cannot be).
+    ``hosts``: the :class:`rag.app.serve.hosts.HostPolicy` (accepted ``Host`` names and
+    ``Origin`` s; ``rag serve`` always passes one); None checks neither (in-process use).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.exception_handlers import http_exception_handler
@@ -549,6 +555,10 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     # FastAPI's own telemetry log records would carry exception messages: off
     app = FastAPI(title="rag", description="Retrieval over a code repository.",
                   telemetry={"logs": False})
+    if hosts is not None:  # inside RequestGuard: a refusal carries the request's id
+        from rag.app.serve.hosts import HostGuard
+
+        app.add_middleware(HostGuard, policy=hosts)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
     max_batch = DEFAULT_MAX_BATCH if max_batch is None else max_batch
     dense = None if refused or index is None else getattr(index, "dense", None)
@@ -584,7 +594,8 @@ def create_app(cfg, index, manifest: dict | None = None, *,
             return JSONResponse({"detail": errors}, status_code=422)
         return await http_exception_handler(request, exc)
 
-    rerankers: list = []
+    rerankers: list = [] if reranker is None else [reranker]
+    reranker_lock = threading.Lock()
     # filled once here, not lazily: requests run on a thread pool and must never see it half-built
     texts: dict[str, str] = {c.id: c.text for c in getattr(index, "chunks", None) or ()}
 
@@ -592,21 +603,24 @@ def create_app(cfg, index, manifest: dict | None = None, *,
         return texts[chunk_id]
 
     def get_reranker():
-        """The configured reranker (``rerank.kind``), created on first use. A cross-encoder
+        """The configured reranker (``rerank.kind``), created and loaded on first use, once
+        (late interaction: the torch model beside the ONNX query encoder). A cross-encoder
         is never trained inside a request: without a model, ``rag reranker train`` is named."""
-        if not rerankers:
-            from rag.app.config import expand_path
-            from rag.search.rerank import RerankerError, build_reranker
+        with reranker_lock:
+            if not rerankers:
+                from rag.app.config import expand_path
+                from rag.search.rerank import RerankerError, build_reranker
 
-            rcfg = cfg if cfg.rerank.enabled else OmegaConf.merge(cfg, {"rerank": {"enabled": True}})
-            try:
-                rerankers.append(build_reranker(rcfg, getattr(getattr(index, "dense", None),
-                                                              "embedder", None),
-                                                expand_path(cfg.paths.cache_dir),
-                                                train_if_missing=False))
-            except RerankerError as exc:
-                raise ValueError(str(exc)) from None
-        return rerankers[0]
+                rcfg = cfg if cfg.rerank.enabled else OmegaConf.merge(cfg, {"rerank": {"enabled": True}})
+                try:
+                    built = build_reranker(rcfg, getattr(getattr(index, "dense", None),
+                                                         "embedder", None),
+                                           expand_path(cfg.paths.cache_dir),
+                                           train_if_missing=False)
+                    rerankers.append(built.load() if hasattr(built, "load") else built)
+                except RerankerError as exc:
+                    raise ValueError(str(exc)) from None
+            return rerankers[0]
 
     def index_info(request_id: str | None = None) -> dict:
         info = build_info(manifest, max_age_h=max_age_h, now=clock())
@@ -719,7 +733,8 @@ def _rid(request) -> str | None:
 
 def serve(host: str, port: int, overrides: list[str], *,
           body_limit: int | str | None = None, batch_wait_ms: float | str | None = None,
-          max_batch: int | str | None = None, log_key_file: str | None = None) -> int:
+          max_batch: int | str | None = None, log_key_file: str | None = None,
+          allowed_hosts: str | None = None, allowed_origins: str | None = None) -> int:
     """Load the index once and serve it with uvicorn (127.0.0.1 by default).
 
     ``body_limit`` is ``--max-body-bytes``; without it ``RAG_MAX_BODY_BYTES`` or 64 KiB applies
@@ -727,33 +742,48 @@ def serve(host: str, port: int, overrides: list[str], *,
     ``--batch-wait-ms`` / ``--max-batch`` (else ``RAG_BATCH_WAIT_MS`` / ``RAG_MAX_BATCH``, else
     5 ms / 16: :func:`resolve_batching`). ``log_key_file`` is ``--log-key-file`` (else
     ``RAG_LOG_HMAC_KEY_FILE`` / ``RAG_LOG_HMAC_KEY``: :meth:`CorrelationKeys.from_env`).
+    ``allowed_hosts`` / ``allowed_origins`` are ``--allowed-hosts`` / ``--allowed-origins``
+    (else ``RAG_ALLOWED_HOSTS`` / ``RAG_ALLOWED_ORIGINS``, else the loopback names and
+    ``host``, and no origin: :meth:`rag.app.serve.hosts.HostPolicy.from_settings`).
     Returns 2 (:attr:`rag.core.exit_codes.ExitCode.ERROR`) with one ``error:`` line if a value is
-    invalid.
+    invalid; an override the service does not read
+    (:func:`rag.app.search_cli.check_overrides`) and a reranker that cannot be built
+    (``rerank.enabled``, e.g. ``RAG_RERANK_ENABLED=true``, is built and loaded before the
+    server starts) exit 2 with one line too.
     """
     import uvicorn
 
     from rag.core.exit_codes import ExitCode
-    from rag.app.search_cli import SERVING_QUERY_BACKEND, _load
+    from rag.app.search_cli import (SERVING_QUERY_BACKEND, UNREAD_WITHOUT_LINK_CHECK, _load,
+                                    check_overrides, search_reranker)
+    from rag.app.serve.hosts import HostPolicy
 
     try:
         limit = resolve_max_body_bytes(body_limit)
         wait_ms, batch = resolve_batching(batch_wait_ms, max_batch)
         correlation = CorrelationKeys.from_env(path=log_key_file)
+        hosts = HostPolicy.from_settings(bind_host=host, hosts=allowed_hosts,
+                                         origins=allowed_origins)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(ExitCode.ERROR)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg, index, manifest = _load(env_overrides() + overrides, strict=False,
-                                 query_backend=SERVING_QUERY_BACKEND)
+    overrides = env_overrides() + overrides
+    check_overrides(overrides, command="rag serve", unread=UNREAD_WITHOUT_LINK_CHECK)
+    cfg, index, manifest = _load(overrides, strict=False, query_backend=SERVING_QUERY_BACKEND)
     if manifest.get("refused"):
         log_event(logging.ERROR, {"event": "index_refused", "reason": manifest["refused"]})
     from rag.app.search_cli import search_abstention
 
-    options, gate = search_abstention(cfg, index) if index is not None else (None, None)
+    reranker = search_reranker(cfg, index) if index is not None else None
+    options, gate = (search_abstention(cfg, index, has_reranker=reranker is not None)
+                     if index is not None else (None, None))
     app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate,
-                     batch_wait_ms=wait_ms, max_batch=batch, correlation=correlation)
+                     batch_wait_ms=wait_ms, max_batch=batch, correlation=correlation,
+                     reranker=reranker, hosts=hosts)
     log_event(logging.INFO, {"event": "start", "host": host, "port": port,
                              "index": manifest.get("build_id"),
+                             "rerank": getattr(reranker, "kind", None), **hosts.describe(),
                              "key_id": correlation.current_key_id() if correlation else None})
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
