@@ -1071,12 +1071,15 @@ def check_override_values(args: list[str]) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        overrides = OverridesParser.create().parse_overrides(overrides=given)
-    except HydraException as exc:
-        raise ValueError("an override does not parse (Hydra's grammar; quote a value holding "
-                         f"' , = # [ $ or spaces): {str(exc).strip().splitlines()[0]}") from None
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in given:  # one by one, so that the message names the override that fails
+        try:
+            overrides.append(parser.parse_override(arg))
+        except HydraException as exc:
+            raise ValueError(unparsable_override(arg, str(exc).strip().splitlines()[0])) from None
     schema = OmegaConf.structured(RagConfig)
+    multirun = is_multirun(args, overrides)
     # config directories: the project's and those a hydra.searchpath override adds (file://);
     # a pkg:// entry cannot be listed here, so group options are then left to Hydra
     confs: list[Path] | None = [project_root() / "conf"]
@@ -1095,6 +1098,9 @@ def check_override_values(args: list[str]) -> None:
         raw = o.value()
         if o.is_sweep_override() and not isinstance(raw, ChoiceSweep):
             continue  # range / interval sweeps: Hydra's
+        if isinstance(raw, ChoiceSweep) and not multirun:
+            raise ValueError(unquoted_sweep(o.input_line or key, key, [str(v) for v in raw.list],
+                                            kind=_key_kind(schema, key)))
         values = list(raw.list) if isinstance(raw, ChoiceSweep) else [raw]
         for value in values:
             if value is None or (isinstance(value, str) and "${" in value):
@@ -1113,7 +1119,72 @@ def check_override_values(args: list[str]) -> None:
                 OmegaConf.update(schema, key, value, merge=True)
             except OmegaConfBaseException as exc:
                 msg = str(exc).strip().splitlines()[0]
+                if isinstance(raw, ChoiceSweep) and _is_list_key(schema, key):
+                    msg += (f" (an unquoted ',' sweeps over single values, one job each; a list "
+                            f"is written {key}=[{','.join(map(str, raw.list))}])")
                 raise ValueError(f"{key}={value!r}: {msg}") from None
+
+
+def unparsable_override(arg: str, reason: str) -> str:
+    """The message for a command-line override Hydra's grammar refuses: the override, the
+    parser's reason and how to quote its value (``key='a=b'``; in a shell the single quotes
+    go inside double ones)."""
+    key, eq, value = arg.partition("=")
+    if not eq:
+        return f"{arg}: not an override (write KEY=VALUE): {reason}"
+    special = sorted({c for c in value if c in "'\",=#[]{}()$ :"})
+    why = (f"its value holds {' '.join(repr(c) for c in special)}, which Hydra's grammar "
+           "reads as syntax" if special else "Hydra's grammar refuses it")
+    quoted = value.replace("'", "\\'")
+    return (f"{arg}: does not parse as an override ({reason}): {why}; quote the value: "
+            f"\"{key}='{quoted}'\"")
+
+
+def unquoted_sweep(arg: str, key: str, values: list[str], *, kind: str = "other") -> str:
+    """The message for ``key=a,b`` in a single run: Hydra reads an unquoted ``,`` as a sweep
+    over ``a`` and ``b``, which only a multirun runs. ``kind`` (``list``, ``enum``, ``other``:
+    what the key holds) decides the advice: a list's ``[a,b]``, a string's quotes."""
+    joined = ",".join(values)
+    ways = ([f"a list is written {key}=[{joined}]"] if kind == "list" else []) + (
+        [f"a string with a comma is quoted: \"{key}='{joined}'\""] if kind == "other" else []
+    ) + [f"one job per value is a multirun: add -m (python -m rag.run -m {key}={joined})"]
+    return (f"{arg}: an unquoted ',' makes a sweep over {len(values)} values, and this is a "
+            "single run; " + "; ".join(ways))
+
+
+def is_multirun(args: list[str], overrides: list[Any]) -> bool:
+    """Whether the command line runs a multirun: ``-m`` / ``--multirun``, ``hydra.mode=
+    MULTIRUN``, or a ``sweep`` / ``suite`` config (every file of those groups sets it)."""
+    if any(a in ("-m", "--multirun") for a in args):
+        return True
+    for o in overrides:
+        key = o.key_or_group
+        if key == "hydra.mode" and str(o.value()) == "MULTIRUN":
+            return True
+        if key in ("sweep", "suite") and not o.is_delete():
+            return True
+    return False
+
+
+def _key_kind(schema: Any, key: str) -> str:
+    """``list`` (``corpus.exclude``), ``enum`` (``search.mode``) or ``other``: the kind of
+    value the schema's ``key`` holds."""
+    from omegaconf import ListConfig
+    from omegaconf.nodes import EnumNode
+
+    parent_key, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(schema, parent_key) if parent_key else schema
+        node = parent._get_node(leaf) if parent is not None else None
+    except Exception:  # noqa: BLE001 - an unknown key: nothing known of it
+        return "other"
+    return ("list" if isinstance(node, ListConfig) else "enum" if isinstance(node, EnumNode)
+            else "other")
+
+
+def _is_list_key(schema: Any, key: str) -> bool:
+    """Whether ``key`` of the schema holds a list (``corpus.exclude``)."""
+    return _key_kind(schema, key) == "list"
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

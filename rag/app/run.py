@@ -837,10 +837,11 @@ def _note_outcome(outcome: str, message: str) -> bool:
 
 
 if __name__ == "__main__":
-    from rag.app.config import check_override_keys, check_override_values
+    from rag.app.config import check_config_files, check_override_keys, check_override_values
     from rag.core.exit_codes import ExitCode, guarded
 
     try:  # a bad key or value: one line and exit 2, as every command (rag/core/exit_codes.py)
+        check_config_files(sys.argv[1:])  # an alias bomb in a config group: refused, not hung
         check_override_keys(sys.argv[1:])
         check_override_values(sys.argv[1:])
     except ValueError as exc:
