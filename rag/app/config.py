@@ -1202,3 +1202,101 @@ def needs_dense(cfg: DictConfig) -> bool:
     signal = str(getattr(cfg.abstain.signal, "value", cfg.abstain.signal))
     fused = mode == "hybrid" and "dense" in [str(c) for c in cfg.search.fuse]
     return mode in ("auto", "dense") or fused or signal == "learned"
+
+
+#: the most a config file (conf/<group>/*.yaml, or one of a --config-dir / hydra.searchpath
+#: folder) may hold: bytes on disk, and YAML nodes once its aliases are expanded — an alias
+#: bomb ("billion laughs": anchors of lists of aliases of anchors) is a few hundred bytes
+#: that OmegaConf would expand into billions of nodes, hanging the run
+MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_NODES = 100_000
+
+
+def check_config_file(path: Path, *, max_bytes: int = MAX_CONFIG_BYTES,
+                      max_nodes: int = MAX_CONFIG_NODES) -> None:
+    """Refuse a YAML config file too large to be a config, or whose aliases expand to more
+    than ``max_nodes`` nodes (counted on PyYAML's node graph, where an alias is the anchored
+    node itself, in time linear in the file: nothing is expanded). A file that is not valid
+    YAML is left to Hydra, which says where.
+
+    Raises:
+        ValueError: naming the file and the limit (``MAX_CONFIG_BYTES``,
+            ``MAX_CONFIG_NODES``).
+    """
+    import yaml
+
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ValueError(f"{path}: {size:,} bytes, more than a config file may hold "
+                             f"({max_bytes:,}); refusing to load it")
+        data = path.read_bytes()
+    except OSError:
+        return  # unreadable: Hydra names it if it is used
+    if b"&" not in data or b"*" not in data:
+        return  # no anchor or no alias: its nodes are what it spells, at most its size
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        root = yaml.compose(data, Loader=loader)
+    except yaml.YAMLError:
+        return
+    sizes: dict[int, int] = {}
+
+    def expanded(node: Any, depth: int = 0) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if depth > 200:
+            raise ValueError(f"{path}: YAML nested more than 200 levels deep; refusing to "
+                             "load it")
+        if isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(expanded(c, depth + 1) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n = 1 + sum(expanded(k, depth + 1) + expanded(v, depth + 1) for k, v in node.value)
+        else:
+            n = 1
+        sizes[id(node)] = n
+        return n
+
+    total = 0 if root is None else expanded(root)
+    if total > max_nodes:
+        raise ValueError(f"{path}: its YAML aliases expand to {total:,} nodes, more than a config "
+                         f"may hold ({max_nodes:,}): an alias bomb? refusing to load it")
+
+
+def config_dirs(args: list[str]) -> list[Path]:
+    """The folders Hydra reads config files from for this command line: the project's
+    ``conf/``, ``--config-dir`` / ``-cd`` and ``--config-path`` / ``-cp`` (from the current
+    directory), and the ``file://`` entries (or plain paths) of ``hydra.searchpath=[...]``;
+    ``pkg://`` entries are packages, not folders, and are left out."""
+    dirs = [project_root() / "conf"]
+    flags = ("--config-dir", "-cd", "--config-path", "-cp")
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in flags:
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value:
+                dirs.append(expand_path(value, base=Path.cwd()))
+        elif name.lstrip("+") == "hydra.searchpath" and eq:
+            for entry in value.strip("[]").split(","):
+                entry = entry.strip().strip("'\"")
+                if entry.startswith("file://"):
+                    dirs.append(Path(entry[len("file://"):]))
+                elif entry and "://" not in entry:
+                    dirs.append(expand_path(entry, base=Path.cwd()))
+    return list(dict.fromkeys(dirs))
+
+
+def check_config_files(args: list[str]) -> None:
+    """Before Hydra reads any config: every ``*.yaml`` / ``*.yml`` file of
+    :func:`config_dirs` passes :func:`check_config_file` (a file of a group that is not
+    chosen is checked too: Hydra lists and may read every option of a group).
+
+    Raises:
+        ValueError: the first file refused.
+    """
+    for folder in config_dirs(args):
+        if not folder.is_dir():
+            continue
+        for f in sorted(folder.rglob("*.y*ml")):
+            if f.suffix in (".yaml", ".yml") and f.is_file():
+                check_config_file(f)
