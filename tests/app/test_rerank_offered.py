@@ -190,12 +190,15 @@ def test_rag_search_refuses_a_key_it_does_not_read(override, line, tmp_path, mon
     assert not cache.exists() or {p.name for p in cache.iterdir()} <= {"configs"}
 
 
-def test_read_keys_pass_and_the_benchmark_keeps_only_them(tmp_path, monkeypatch, capsys):
-    from rag.app.search_cli import check_overrides, read_overrides
+def test_read_keys_pass_and_the_benchmark_keeps_only_them():
+    from rag.app.search_cli import (UNREAD_WITHOUT_LINK_CHECK, CliError, check_overrides,
+                                    read_overrides)
 
     # read: the tracking URI (where abstain.calibration is looked up), links with --check-links
-    check_overrides(["tracking.uri=sqlite:///x.db", "search.top_k=3", "rerank=late_interaction"],
-                    command="rag search")
+    check_overrides(["tracking.uri=sqlite:///x.db", "search.top_k=3", "rerank=late_interaction",
+                     "links.top_n=3", "rerank.candidates=10"], command="rag search")
+    with pytest.raises(CliError, match="links.top_n: rag serve does not read it"):
+        check_overrides(["links.top_n=3"], command="rag serve", unread=UNREAD_WITHOUT_LINK_CHECK)
     assert read_overrides(["corpus.path=x", "eval.golden_dir=y", "tracking.uri=z",
                            "tracking.enabled=false", "links.top_n=3", "+eval.k=1"]) == \
         ["corpus.path=x", "tracking.uri=z"]
