@@ -37,19 +37,22 @@ literal. Differences, all deliberate:
   credentials — and a few names are never credentials (``csrf_token``, ``next_page_token``,
   ``public_key``, ``unk_token``, ...; gitleaks' allowlist has the first kind). The value is a
   quoted one-line literal without whitespace or escapes, or, unquoted, the rest of a
-  ``key: value`` / ``key = value`` line (YAML, INI, shell) that does not look like code
-  (no brackets, calls, ``$`` or ``%``; not an ``UPPER_CASE`` name nor a dotted reference).
-  It is not a placeholder (:func:`is_placeholder`), a URL, a path or a file name. Two kinds
-  with their own bars: ``generic_secret`` (gitleaks': at least 10 characters, not only
-  letters, ``_``, ``.`` and ``-``, entropy >= 3.5) and ``password`` (names ending in a
-  password word: at least 6 characters, entropy >= 2.5, letters-only values only from 12
-  characters, no ``snake_case`` identifier) — human-chosen passwords are short and low in
-  entropy, so gitleaks' 3.5 would let ``hunter22`` through.
+  ``key: value`` / ``key = value`` line (YAML, INI, shell; a YAML colon has a space after
+  it) that does not look like code: no brackets, quotes, ``:`` or ``|``, no ``$ % & * ! ?``
+  first, and an identifier only with a digit in it, naming no credential or type
+  (``token = tok``, ``private_key: PKCS7PrivateKeyTypes`` are code; so, unquoted, is
+  ``password: letmein``).
+  It is no placeholder, URL, path, file name, template, number, UUID, reference or
+  ``snake_case`` identifier (:func:`generic_value_is_secret`). Two kinds with their own
+  bars: ``generic_secret`` (gitleaks': at least 10 characters, not only letters, ``_``,
+  ``.`` and ``-``, entropy >= 3.5) and ``password`` (names ending in a password word: at
+  least 6 characters, entropy >= 2.0, a letters-only value neither camelCase nor naming a
+  credential) — human-chosen passwords are short and low in entropy, so gitleaks' 3.5
+  would let ``hunter22`` through.
 
-Measured on the 18 semble repositories (1,905 files), Flask 3.1.3 and this repository
+Measured on the 18 semble repositories, Flask 3.1.3, this repository and its virtualenv
 (docs/corpus.md gives the counts): what the rules flag there is test fixtures and
-documentation examples, and no file is lost either way (a literal is redacted, the file
-kept).
+documentation examples, and no file is lost (a literal is redacted, the file kept).
 """
 
 from __future__ import annotations
@@ -140,7 +143,8 @@ _PASSWORD_TAIL = re.compile(r"(?:passw(?:or)?d|passphrase|pwd|pass)$", re.I)
 # csrf and public ones; the rest are tokenizers' special tokens and pagination cursors)
 _NOT_CREDENTIAL = re.compile(
     r"(?:^|[_.\-]|(?<=[a-z])(?=[A-Z]))(?i:csrf|xsrf|public|publishable|pub|unk|pad|bos|eos|cls"
-    r"|sep|mask|eot|eom|next|next[_.-]?page|page|continuation|cursor|sync|start|end|special)"
+    r"|sep|mask|eot|eom|next|next[_.-]?page|page|continuation|cursor|sync|start|end|special"
+    r"|input|output)"
     r"[_.\-]?(?i:token|key)$")
 _GENERIC = re.compile(
     r"(?P<name>(?i:" + _CRED_TAIL + r"))(?![\w])"  # the name's last word (see _full_name)
@@ -152,10 +156,18 @@ _GENERIC = re.compile(
     r"(?=[ \t]*[,;]?(?:[ \t]+(?:#|//).*)?[ \t]*$))",
     re.M)
 _CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")          # an environment variable's name
-_REFERENCE = re.compile(r"^[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)+$")  # a.b.c
-_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # password_hash
+# a.b.c, a::b, a->b, pkg.mod:attr (an entry point)
+_REFERENCE = re.compile(r"^[A-Za-z_$][\w$]*(?:(?:\.|::|->|:)[A-Za-z_$][\w$]*)+$")
+_SNAKE = re.compile(r"^_*[a-z][a-z0-9]*(?:_+[a-z0-9]+)+$")  # password_hash, _convert_v2
 _IDENT = re.compile(r"^[A-Za-z_$][\w$]*$")
+_CAMEL = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$|^(?:[A-Z][a-z0-9]+){2,}$")  # fooBar, FooBar
+# PKCS7PrivateKeyTypes, HttpClient: two or more capitalised words (a random string is not)
+_TYPE_NAME = re.compile(r"^(?:[A-Z]{2,}[0-9]*(?=[A-Z])|[A-Z][a-z]{2,}[0-9]*){2,}$")
 _WORDS_ONLY = re.compile(r"^[A-Za-z_.\-]+$")             # gitleaks' generic allowlist
+_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?$")           # an error code, a port, a count
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_TEMPLATE = re.compile(r"\{[^{}]*\}")                    # f"{name}", "{0}", "${x}"
+_CRED_WORD = re.compile(r"passw(?:or)?d|passphrase|secret|token|credential|key", re.I)
 _FILE_LIKE = re.compile(
     r"^(?:/|\./|\.\./|~/|[A-Za-z]:\\)|://|/.*\.\w{1,5}$"
     r"|\.(?:pem|key|crt|cer|der|p12|pfx|jks|pub|json|ya?ml|toml|ini|cfg|conf|txt|env|gpg"
@@ -164,7 +176,7 @@ _FILE_LIKE = re.compile(
 #: the least length, entropy (bits per character) and letters-only length of a generic
 #: literal, by kind (see the module docstring)
 GENERIC_BARS = {"generic_secret": {"min_len": 10, "min_entropy": 3.5},
-                "password": {"min_len": 6, "min_entropy": 2.5, "words_min_len": 12}}
+                "password": {"min_len": 6, "min_entropy": 2.0}}
 
 
 def generic_kind(name: str) -> str | None:
@@ -178,23 +190,33 @@ def generic_kind(name: str) -> str | None:
 
 
 def generic_value_is_secret(value: str, *, kind: str, quoted: bool) -> bool:
-    """Whether ``value``, assigned to a name of generic ``kind``, is a secret literal: not a
-    placeholder, marker, URL, path or file name, not an ``UPPER_CASE`` name or a dotted
-    reference (nor, unquoted, an identifier: ``token = tok`` is code), and over the bars of
-    :data:`GENERIC_BARS` for its kind."""
-    if (is_placeholder(value) or "[REDACTED:" in value or _FILE_LIKE.search(value)
-            or _CONSTANT.match(value) or _REFERENCE.match(value)):
+    """Whether ``value``, assigned to a name of generic ``kind``, is a secret literal.
+
+    Never: a placeholder (:func:`is_placeholder`), a marker, a
+    URL, a path or a file name, a template (``f"{name}"``), a number, a UUID (an id; services
+    whose keys are UUIDs need a rule of their own), an ``UPPER_CASE`` name, a reference
+    (``a.b``, ``pkg.mod:attr``), a ``snake_case`` identifier; unquoted, an identifier
+    without a digit (``token = tok``), one naming a credential (``R2Credentials``) or a
+    type (two capitalised words: ``PKCS7PrivateKeyTypes``). Then over the bars of
+    :data:`GENERIC_BARS` for its kind: ``generic_secret`` never only letters, ``_``, ``.``,
+    ``-`` (gitleaks); ``password`` of only letters (and ``_.-``) not a camelCase word
+    (``challengePassword``) nor one that names a credential (``new-passphrase``)."""
+    if (is_placeholder(value) or "[REDACTED:" in value
+            or _FILE_LIKE.search(value) or _TEMPLATE.search(value) or _NUMBER.match(value)
+            or _UUID.match(value) or _CONSTANT.match(value) or _REFERENCE.match(value)
+            or _SNAKE.match(value)):
         return False
     bars = GENERIC_BARS[kind]
     if len(value) < bars["min_len"] or shannon_entropy(value) < bars["min_entropy"]:
         return False
-    if not quoted and _IDENT.match(value.rstrip("?!")) and not re.search(r"\d", value):
+    bare = value.rstrip("?!")
+    if not quoted and _IDENT.match(bare) and (
+            not re.search(r"\d", bare) or _CRED_WORD.search(bare)
+            or _TYPE_NAME.match(bare)):
         return False
-    if kind == "generic_secret":
-        return not _WORDS_ONLY.match(value)
-    if _SNAKE.match(value):
-        return False
-    return not _WORDS_ONLY.match(value) or len(value) >= bars["words_min_len"]
+    if not _WORDS_ONLY.match(value):
+        return True
+    return kind == "password" and not _CAMEL.match(value) and not _CRED_WORD.search(value)
 
 
 def _full_name(m: re.Match) -> str:

@@ -115,6 +115,19 @@ def test_each_format_is_redacted_in_code_docs_and_config(fmt: str, rel: str):
     assert red == text.replace(FAKE[fmt], f"[REDACTED:{KIND[fmt]}]")
 
 
+# weak but real: short, low in entropy, or words — a password name makes them secrets
+WEAK_PASSWORDS = ["hun" + "ter2", "s3c" + "r3t", "password" + "123", "P@ss" + "w0rd",
+                  "post" + "gres", "correct-horse-" + "battery-staple", "peanuts"]
+
+
+@pytest.mark.parametrize("value", WEAK_PASSWORDS)
+def test_hard_coded_passwords_are_redacted_whatever_their_entropy(value: str):
+    for text in (f'password = "{value}"\n', f"    'PASSWORD': '{value}',\n",
+                 f'login(user, password="{value}")\n', f'"db_password": "{value}"\n'):
+        red, found = redact_secrets(text)
+        assert value not in red and found == Counter(password=1), text
+
+
 _SHA = "".join(random.Random(1).choice("0123456789abcdef") for _ in range(40))
 _UUID = "6f1c2a9e-4b7d-4e21-9c3a-0d5e8f7b1a24"
 ORDINARY = [
