@@ -44,6 +44,7 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra}
 
 
+@pytest.mark.slow
 def test_a_sweep_against_a_503_tracking_server_fails_before_its_first_job(
         tmp_path, fixture_repo, fixture_golden):
     """The issue's drill: Hydra used to turn the callback's error into a warning and run the
@@ -68,7 +69,7 @@ def test_a_sweep_against_a_503_tracking_server_fails_before_its_first_job(
     assert not (tmp_path / "multirun" / "sweep.json").exists()
 
 
-@pytest.mark.parametrize("retries", [0, 1, 2])
+@pytest.mark.parametrize("retries", [0, 1, pytest.param(2, marks=pytest.mark.slow)])
 def test_requests_to_a_tracking_server_keep_to_the_retry_budget(retries):
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
@@ -99,6 +100,7 @@ def test_the_retry_budget_comes_from_the_environment_and_defaults_to_2(monkeypat
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
 
 
+@pytest.mark.slow
 def test_a_run_against_a_503_server_fails_in_one_line_with_its_budget(
         tmp_path, fixture_repo, fixture_golden):
     seen: list[str] = []
@@ -160,6 +162,7 @@ def test_a_row_whose_logging_fails_is_marked_failed_or_said_to_be_left_running(t
     assert statuses == ["FAILED", "RUNNING"]
 
 
+@pytest.mark.slow
 def test_a_multirun_whose_jobs_cannot_run_exits_2_and_marks_the_sweep_incomplete(
         tmp_path, fixture_repo, fixture_golden):
     """Both jobs fail validation (top_k above candidates): each says so in one line, no row is
@@ -189,6 +192,7 @@ def test_a_multirun_whose_jobs_cannot_run_exits_2_and_marks_the_sweep_incomplete
     assert [json.loads(f.read_text())["outcome"] for f in outcomes] == ["failed", "failed"]
 
 
+@pytest.mark.slow
 def test_a_job_of_a_sweep_that_was_never_opened_writes_no_row(tmp_path, fixture_repo,
                                                              fixture_golden):
     """Without the sweep callback (removed) there is no parent run: the job refuses, and the
