@@ -337,6 +337,8 @@ class AbstainSignal(str, Enum):
     learned = "learned"
 
 
+from rag.eval.abstention import DEFAULT_TARGET_DROPPED, DEFAULT_TARGET_FALSE_WEAK  # noqa: E402
+
 @dataclass
 class AbstainConfig:
     """Abstention: three bands on one signal, drop < min <= weak < weak_threshold <= normal.
@@ -348,16 +350,32 @@ class AbstainConfig:
     ``calibration`` (a ledger run id, a unique prefix, or a calibration.json path) applies the
     thresholds fitted on another row (its ``suggested_min_dense`` / ``suggested_weak_dense``,
     or its learned gate) instead of ``min_dense`` / ``weak_dense``; the row records where its
-    thresholds came from. ``target_false_weak`` / ``target_dropped`` are the rule's targets
+    thresholds came from. ``auto`` (the default) applies the calibration shipped for the
+    run's embedder in ``models/abstention/`` (``rag golden calibrate``: fitted on the default
+    corpora by the rule below, with its provenance), and ``min_dense`` / ``weak_dense`` when
+    the embedder has none; ``null`` always the latter. A band given explicitly
+    (``abstain.weak_dense=0.5``) always wins over ``auto``: ``min_dense`` / ``weak_dense``
+    are null by default, meaning "from the calibration, else the seed's 0.45 / 0.55"; with a
+    calibration named explicitly, giving a band too is refused (one of them would not take
+    effect). ``target_false_weak`` / ``target_dropped`` are the rule's targets
     for the thresholds this row *suggests* (rag/eval/abstention.py).
     """
 
     signal: AbstainSignal = AbstainSignal.top_dense
-    min_dense: float = 0.45
-    weak_dense: float = 0.55
-    target_false_weak: float = 0.10
-    target_dropped: float = 0.02
-    calibration: Optional[str] = None
+    min_dense: Optional[float] = None
+    weak_dense: Optional[float] = None
+    target_false_weak: float = DEFAULT_TARGET_FALSE_WEAK
+    target_dropped: float = DEFAULT_TARGET_DROPPED
+    calibration: Optional[str] = "auto"
+
+    @staticmethod
+    def resolved_bands(a: Any) -> tuple[float, float]:
+        """(min_dense, weak_dense) as configured, a band left null taking the seed's value
+        (:class:`rag.search.pipeline.SearchOptions`' 0.45 / 0.55) — before any calibration."""
+        from rag.search.pipeline import SearchOptions
+
+        return (SearchOptions.min_dense if a.min_dense is None else float(a.min_dense),
+                SearchOptions.weak_dense if a.weak_dense is None else float(a.weak_dense))
 
 
 class TieBreak(str, Enum):
@@ -805,12 +823,18 @@ def validate(cfg: DictConfig) -> None:
         from rag.search.ranking.options import RankingOptions
 
         RankingOptions.from_config(cfg.ranking)
-    if not (0.0 <= cfg.abstain.min_dense <= cfg.abstain.weak_dense <= 1.0):
+    a = cfg.abstain
+    lo, hi = AbstainConfig.resolved_bands(a)
+    if not (0.0 <= lo <= hi <= 1.0):
         raise ValueError(
             "need 0 <= abstain.min_dense <= abstain.weak_dense <= 1, got "
-            f"min_dense={cfg.abstain.min_dense}, weak_dense={cfg.abstain.weak_dense}"
+            f"min_dense={lo}, weak_dense={hi}"
         )
-    a = cfg.abstain
+    if a.calibration and str(a.calibration) != "auto" and (
+            a.min_dense is not None or a.weak_dense is not None):
+        given = [k for k in ("min_dense", "weak_dense") if a[k] is not None]
+        raise ValueError(f"abstain.calibration={a.calibration} sets the bands, so "
+                         f"abstain.{given[0]} would not take effect: give one or the other")
     for key in ("target_false_weak", "target_dropped"):
         if not 0.0 <= a[key] < 1.0:
             raise ValueError(f"abstain.{key} must be in [0, 1), got {a[key]}")

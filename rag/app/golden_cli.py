@@ -322,12 +322,15 @@ def add_tool_parsers(acts) -> None:
     from rag.golden.review import add_review_parser
     from rag.golden.judge import add_judge_parser
     from rag.golden.show import add_show_parser
+    from rag.golden.calibrate import add_calibrate_parser
 
     add_mine_parser(acts)
     add_pool_parser(acts)
     add_review_parser(acts)
     add_show_parser(acts)
     add_judge_parser(acts)
+    add_calibrate_parser(acts)
+
     def where(parser, *, default_help: str) -> None:
         g = parser.add_mutually_exclusive_group()
         g.add_argument("--corpus", default=None, metavar="NAME",
@@ -854,4 +857,5 @@ TOOL_COMMANDS = {"init": init_command, "check": check_command, "stats": stats_co
                  "pool": pool_command,
                  "review": review_command,
                  "show": _lazy("rag.golden.show", "show_command"),
-                 "judge": _lazy("rag.golden.judge", "judge_command")}
+                 "judge": _lazy("rag.golden.judge", "judge_command"),
+                 "calibrate": _lazy("rag.golden.calibrate", "calibrate_command")}

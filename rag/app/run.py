@@ -273,6 +273,19 @@ def calibration_lines(cal: dict[str, Any]) -> list[str]:
                      f"{cal['negative_max_top_dense']:.3f}); suggested min_dense "
                      f"{_fmt(cal.get('suggested_min_dense'))} weak_dense "
                      f"{_fmt(cal.get('suggested_weak_dense'))}")
+    dense = cal["signals"].get("top_dense", {})
+    cv_weak = (dense.get("weak") or {}).get("cross_validated")
+    cv_drop = (dense.get("drop") or {}).get("cross_validated")
+    if cv_weak:
+        t = cv_weak["threshold_median"]
+        lines.append(
+            f"  top_dense, this row's own calibration {cv_weak['folds']}-fold cross-validated "
+            f"(each fold's thresholds chosen on the others): weak < {_fmt(t)}: abstain "
+            f"{cv_weak['abstain_rate']:.3f} [{cv_weak['abstain_ci'][0]:.2f}, "
+            f"{cv_weak['abstain_ci'][1]:.2f}]  false_weak {cv_weak['false_weak_rate']:.3f} "
+            f"[{cv_weak['false_weak_ci'][0]:.2f}, {cv_weak['false_weak_ci'][1]:.2f}]"
+            + (f"; drop < {_fmt(cv_drop['threshold_median'])}: dropped "
+               f"{cv_drop['false_weak_rate']:.3f}" if cv_drop else ""))
     return lines
 
 
@@ -490,12 +503,17 @@ def check_config(cfg: DictConfig) -> None:
 
 def load_reference_calibration(cfg: DictConfig) -> Any:
     """Stage 3: the abstention thresholds of ``abstain.calibration`` (another row's), or
-    None; a bad reference fails before any indexing or training.
+    None; a bad reference fails before any indexing or training. ``auto`` (the default: the
+    calibration shipped for the embedder) is None here and resolved once the embedder's
+    model id is known (:func:`rag.ledger.calibration.resolve_calibration`, in
+    :func:`prepare`).
 
     Raises:
         RunError: the reference cannot be read or does not apply.
     """
-    if not cfg.abstain.calibration:
+    from rag.ledger.calibration import AUTO
+
+    if not cfg.abstain.calibration or str(cfg.abstain.calibration) == AUTO:
         return None
     from rag.eval.transfer import TransferError
     from rag.ledger.calibration import load_calibration
@@ -580,6 +598,15 @@ def prepare(cfg: DictConfig, *, root: Path, golden_dir: Path, dataset_tags: dict
               f"unresolved: relevant, never retrievable): " + "; ".join(golden.unindexed[:5])
               + (" ..." if len(golden.unindexed) > 5 else ""), file=sys.stderr)
     reranker = stages.reranker(cfg, embedder)
+    if calibration is None:  # abstain.calibration=auto: the embedder's shipped one, if any
+        from rag.eval.transfer import TransferError
+        from rag.ledger.calibration import resolve_calibration
+
+        try:
+            calibration = resolve_calibration(cfg.abstain.calibration, ledger_uri(cfg),
+                                              embedder.model_id)
+        except TransferError as exc:
+            raise RunError(str(exc)) from None
     options, gate, abstention_tags = abstention_setup(
         cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,

@@ -272,7 +272,12 @@ def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
     quantization is another model), or an abstention calibration is configured (its
     thresholds were fitted with the torch query encoder, and
     :func:`rag.eval.transfer.check_model` refuses them for another)."""
-    if _has_override(overrides, "embedder.query_backend") or cfg.abstain.calibration:
+    from rag.ledger.calibration import AUTO
+
+    # the shipped calibration (auto) was fitted on the fp32 model whose ONNX export this is:
+    # the same vectors (experiments/query_encoder.md); another row's is checked by model id
+    if _has_override(overrides, "embedder.query_backend") or (
+            cfg.abstain.calibration and str(cfg.abstain.calibration) != AUTO):
         return
     if str(getattr(cfg.embedder.kind, "value", cfg.embedder.kind)) != "sentence_transformers":
         return
@@ -380,16 +385,15 @@ def search_abstention(cfg, index, *, has_reranker: bool = False):
     from rag.search.pipeline import SearchOptions
 
     try:
-        cal = None
-        if cfg.abstain.calibration:
-            from rag.eval.transfer import TransferError
-            from rag.ledger.calibration import load_calibration
+        from rag.eval.transfer import TransferError
+        from rag.ledger.calibration import resolve_calibration
 
-            try:
-                cal = load_calibration(str(cfg.abstain.calibration), ledger_uri(cfg))
-            except TransferError as exc:
-                raise RunError(str(exc)) from None
         dense = getattr(index, "dense", None)
+        try:
+            cal = resolve_calibration(cfg.abstain.calibration, ledger_uri(cfg),
+                                      dense.embedder.model_id if dense is not None else "")
+        except TransferError as exc:
+            raise RunError(str(exc)) from None
         options, gate, _ = abstention_setup(
             cfg, SearchOptions.from_config(cfg), cal,
             model_id=dense.embedder.model_id if dense is not None else "",

@@ -18,6 +18,12 @@ plainly (``met_target: false``) together with what the target would cost
 **Intervals**: the achieved rates carry Wilson score 95% intervals; the chosen threshold a
 percentile-bootstrap 95% interval (the rule re-applied to resampled positives and negatives).
 
+**Cross-validated** (:func:`cross_validated_rule`): the rule's promise measured honestly —
+the threshold chosen on k-1 folds (positives and negatives split separately, stratified) and
+applied to the held-out fold, the rates summed over every held-out query. In-sample rates
+are optimistic (the threshold sits exactly at the target on the very queries it is scored
+on); these are what the same rule would give on queries it did not see.
+
 **Risk–coverage** (Geifman & El-Yaniv, "Selective classification for deep neural networks",
 NeurIPS 2017): at each threshold, coverage = share of all queries answered, risk = share of the
 answered ones that are wrong (a negative answered, or a positive answered without a relevant
@@ -40,6 +46,8 @@ import numpy as np
 from rag.search.signals import SIGNALS, LearnedGate
 
 RULE = "highest abstain_rate on negatives subject to false_weak_rate <= target"
+#: the rule's targets (``abstain.target_false_weak`` / ``target_dropped``; AbstainConfig reads them)
+DEFAULT_TARGET_FALSE_WEAK, DEFAULT_TARGET_DROPPED = 0.10, 0.02
 TRADEOFF_LEVELS = (0.5, 0.8, 0.9)
 N_BOOT = 1000
 
@@ -69,6 +77,44 @@ def choose_threshold(pos: np.ndarray, neg: np.ndarray, *, target: float) -> tupl
     ok = np.flatnonzero(fw <= target + 1e-12)
     best = ok[np.lexsort((ts[ok], fw[ok], -ab[ok]))[0]]
     return float(ts[best]), float(fw[best]), float(ab[best])
+
+
+CV_FOLDS = 5
+
+
+def cross_validated_rule(pos: Sequence[float], neg: Sequence[float], *, target: float,
+                         folds: int = CV_FOLDS, seed: int = 0) -> dict[str, Any] | None:
+    """The rule (:func:`choose_threshold`) scored out-of-fold: positives and negatives are each
+    shuffled (``numpy.random.default_rng(seed)``) and dealt into ``k = min(folds, #pos,
+    #neg)`` folds; for each fold the threshold is chosen on the other folds and applied to it.
+
+    Returns:
+        ``folds`` (k), ``thresholds`` (one per fold, in fold order), ``threshold_median``,
+        ``false_weak_rate`` / ``abstain_rate`` (held-out positives / negatives below their
+        fold's threshold, over all of them) with Wilson 95% intervals ``false_weak_ci`` /
+        ``abstain_ci``, and ``target``; None when there are fewer than 2 positives or
+        negatives (no fold to hold out). A threshold of ``-inf`` (flag nothing) is None.
+    """
+    p = np.asarray(pos, dtype=float)
+    q = np.asarray(neg, dtype=float)
+    k = min(folds, p.size, q.size)
+    if k < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    fold_p = np.arange(p.size)[rng.permutation(p.size)] % k
+    fold_q = np.arange(q.size)[rng.permutation(q.size)] % k
+    thresholds: list[float | None] = []
+    fw = ab = 0
+    for f in range(k):
+        t, _, _ = choose_threshold(p[fold_p != f], q[fold_q != f], target=target)
+        fw += int((p[fold_p == f] < t).sum())
+        ab += int((q[fold_q == f] < t).sum())
+        thresholds.append(float(t) if math.isfinite(t) else None)
+    finite = [t for t in thresholds if t is not None]
+    return {"folds": k, "target": target, "thresholds": thresholds,
+            "threshold_median": float(np.median(finite)) if finite else None,
+            "false_weak_rate": fw / p.size, "abstain_rate": ab / q.size,
+            "false_weak_ci": wilson(fw, p.size), "abstain_ci": wilson(ab, q.size)}
 
 
 def tradeoff(pos: np.ndarray, neg: np.ndarray) -> dict[str, float | None]:
@@ -177,7 +223,8 @@ def calibrate_signal(pos: Sequence[float], neg: Sequence[float], *, target_false
         t, fw, ab = choose_threshold(p, q, target=target)
         out[name] = {"threshold": None if not math.isfinite(t) else t, "target": target,
                      "false_weak_rate": fw, "abstain_rate": ab,
-                     **_intervals(p, q, t, target=target, n_boot=n_boot, seed=seed)}
+                     **_intervals(p, q, t, target=target, n_boot=n_boot, seed=seed),
+                     "cross_validated": cross_validated_rule(p, q, target=target, seed=seed)}
     weak = out["weak"]
     out["met_target"] = weak["abstain_rate"] > 0
     out["tradeoff"] = tradeoff(p, q)
@@ -238,8 +285,9 @@ def fit_learned_gate(features: dict[str, np.ndarray], y: np.ndarray, *, seed: in
     return gate, oof, folds
 
 
-def calibrate_abstention(rows: Sequence[dict[str, Any]], *, target_false_weak: float = 0.10,
-                         target_dropped: float = 0.02, seed: int = 0,
+def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
+                         target_false_weak: float = DEFAULT_TARGET_FALSE_WEAK,
+                         target_dropped: float = DEFAULT_TARGET_DROPPED, seed: int = 0,
                          n_boot: int = N_BOOT, bands_on_top_dense: bool = True) -> dict[str, Any]:
     """Calibrate every available signal and the learned combination from per-query rows.
 

@@ -92,9 +92,12 @@ def check_model(cal: Calibration, ref: str, model_id: str) -> None:
 
 
 def source_tag(cal: Calibration, golden_fingerprint: str) -> str:
-    """``in_sample`` when ``cal`` was fitted on this golden set, else ``transferred``."""
-    same = cal.provenance.get("golden_fingerprint") == golden_fingerprint
-    return "in_sample" if same else "transferred"
+    """``in_sample`` when ``cal`` was fitted on this golden set (its ``golden_fingerprint``,
+    or one of the ``golden_fingerprints`` a pooled calibration was fitted on), else
+    ``transferred``."""
+    fitted = {cal.provenance.get("golden_fingerprint"),
+              *(cal.provenance.get("golden_fingerprints") or [])}
+    return "in_sample" if golden_fingerprint and golden_fingerprint in fitted else "transferred"
 
 
 def options_with(options: Any, bands: tuple[float, float]) -> Any:
@@ -125,6 +128,8 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
     a = cfg.abstain
     signal = str(getattr(a.signal, "value", a.signal))
     tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
+    if a.get("min_dense") is not None and a.get("weak_dense") is not None and signal != "learned":
+        cal = None  # both bands given: they win over the shipped calibration (auto)
     if cal is None:
         tags.update(abstain_min=_threshold_tag(options.min_dense), abstain_weak=_threshold_tag(options.weak_dense))
         return options, None, tags
@@ -141,5 +146,15 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
         bands = dense_bands(cal, ref)
     except TransferError as exc:
         raise RunError(str(exc)) from None
+    # a band given explicitly wins over the shipped one (config validation refuses both with a
+    # calibration named explicitly)
+    given = (a.get("min_dense"), a.get("weak_dense"))
+    if any(v is not None for v in given):
+        bands = tuple(float(v) if v is not None else b for v, b in zip(given, bands))
+        if bands[0] > bands[1]:
+            raise RunError(f"abstain: min_dense {bands[0]:g} > weak_dense {bands[1]:g} once "
+                           f"the shipped calibration's other band is applied; give both")
+        tags["abstain_bands_given"] = ",".join(k for k, v in zip(("min_dense", "weak_dense"),
+                                                                   given) if v is not None)
     tags.update(abstain_min=_threshold_tag(bands[0]), abstain_weak=_threshold_tag(bands[1]))
     return options_with(options, bands), None, tags

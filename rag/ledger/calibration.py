@@ -61,3 +61,51 @@ def load_calibration(ref: str, uri: str) -> Calibration:
             raise TransferError(f"abstain.calibration={ref!r}: {key} must be a finite number or "
                                 f"null, got {v!r}")
     return Calibration(data=data, source=source)
+
+
+#: ``abstain.calibration: auto`` (the default): the calibration shipped for the run's embedder
+AUTO = "auto"
+
+
+def shipped_dir() -> Path:
+    """Where the calibrations that ship with embedders live: ``models/abstention/`` of the
+    project (each a ``rag golden calibrate`` calibration.json)."""
+    from rag.core.paths import project_root
+
+    return project_root() / "models" / "abstention"
+
+
+def shipped_calibration(model_id: str, directory: Path | None = None) -> Calibration | None:
+    """The shipped calibration fitted with embedder ``model_id`` (its ``provenance.model_id``
+    equal, the whole id: model, package, max_seq, normalisation), or None when none is.
+
+    Raises:
+        TransferError: a file of the directory that is not a calibration (naming it), or two
+            files for one model (an ambiguous default).
+    """
+    directory = shipped_dir() if directory is None else directory
+    found = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        cal = load_calibration(str(path), "")
+        if cal.provenance.get("model_id") == model_id:
+            found.append(cal)
+    if len(found) > 1:
+        raise TransferError(f"abstain.calibration=auto: {len(found)} calibrations in {directory} "
+                            f"were fitted with {model_id.split('|')[0]!r} ("
+                            + ", ".join(c.source for c in found) + "); keep one")
+    return found[0] if found else None
+
+
+def resolve_calibration(ref: str | None, uri: str, model_id: str) -> Calibration | None:
+    """What ``abstain.calibration`` names, for a run of embedder ``model_id``: None (the
+    config's bands) for none, the shipped calibration of that embedder (or None when it
+    has none) for ``auto``, else :func:`load_calibration` of ``ref``.
+
+    Raises:
+        TransferError: see :func:`load_calibration` and :func:`shipped_calibration`.
+    """
+    if not ref:
+        return None
+    if str(ref) == AUTO:
+        return shipped_calibration(model_id)
+    return load_calibration(str(ref), uri)

@@ -66,8 +66,12 @@ class SearchOptions:
         return cls(mode=str(getattr(cfg.search.mode, "value", cfg.search.mode)),
                    prose_mode=str(getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)),
                    top_k=int(cfg.search.top_k), candidates=int(cfg.search.candidates),
-                   rrf_k=int(cfg.fusion.rrf_k), min_dense=float(cfg.abstain.min_dense),
-                   weak_dense=float(cfg.abstain.weak_dense),
+                   rrf_k=int(cfg.fusion.rrf_k),
+                   # a band left null (abstain.calibration=auto decides) starts at the seed's
+                   min_dense=(cls.min_dense if cfg.abstain.get("min_dense") is None
+                              else float(cfg.abstain.min_dense)),
+                   weak_dense=(cls.weak_dense if cfg.abstain.get("weak_dense") is None
+                               else float(cfg.abstain.weak_dense)),
                    rerank_candidates=int(r.candidates),
                    rerank_min=None if r.min_score is None else float(r.min_score),
                    rerank_weak=None if r.weak_score is None else float(r.weak_score),

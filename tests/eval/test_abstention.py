@@ -153,3 +153,24 @@ def test_top_dense_is_calibrated_on_the_queries_the_bands_act_on():
     raw = calibrate_abstention(rows, target_false_weak=0.0, target_dropped=0.0, n_boot=20,
                                bands_on_top_dense=False)["signals"]["top_dense"]
     assert raw["weak"]["abstain_rate"] == 0.0  # on raw cosines 0.1 < 0.3: nothing can be flagged
+
+
+def test_cross_validated_rule_scores_each_fold_with_the_others_threshold():
+    from rag.eval.abstention import cross_validated_rule, wilson
+
+    # separable: every fold's threshold is the midpoint 0.5; nothing held out is misjudged
+    cv = cross_validated_rule([0.9] * 4, [0.1] * 4, target=0.0, folds=2)
+    assert (cv["folds"], cv["thresholds"], cv["false_weak_rate"], cv["abstain_rate"]) == \
+        (2, [0.5, 0.5], 0.0, 1.0)
+    # in-sample the rule abstains on every negative at false_weak 0.2 (threshold 0.55, the
+    # 0.2 positive flagged). Out of fold (5 folds: one positive and one negative each), only
+    # the fold holding the 0.2 positive is fitted on four 0.8s and gets 0.55; every other
+    # fold's training set holds the 0.2, where flagging it alone is 1/4 > 0.2, so nothing is
+    # flagged (-inf). Held out: 1 false weak of 5, 1 abstention of 5
+    pos, neg = [0.2, 0.8, 0.8, 0.8, 0.8], [0.3] * 5
+    assert choose_threshold(np.array(pos), np.array(neg), target=0.2)[1:] == (0.2, 1.0)
+    cv = cross_validated_rule(pos, neg, target=0.2, folds=5, seed=3)
+    assert sorted(cv["thresholds"], key=lambda t: t is None) == [0.55, None, None, None, None]
+    assert (cv["false_weak_rate"], cv["abstain_rate"], cv["threshold_median"]) == (0.2, 0.2, 0.55)
+    assert cv["abstain_ci"] == wilson(1, 5)
+    assert cross_validated_rule([0.5], [0.1, 0.2], target=0.1) is None  # nothing to hold out
