@@ -120,9 +120,23 @@ def baseline_mismatch(tags: Mapping[str, str], params: Mapping[str, str]) -> str
         key, _, want = pair.partition("=")
         key = key.lstrip("+~")
         have = own.get(key, params.get(key))
-        if have is not None and str(have) != want:
+        if have is not None and "${" not in want + str(have) and not same_value(have, want):
             return f"it has {key}={have}, not {pair}"
     return None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two spellings of a config value are one value: equal as text, or as YAML
+    (``1`` and ``1.0``, ``false`` and ``False``, ``[a,b]`` and ``[a, b]``, ``'8'`` and ``8``)."""
+    import yaml
+
+    if str(a) == str(b):
+        return True
+    try:
+        x, y = yaml.safe_load(str(a)), yaml.safe_load(str(b))
+    except yaml.YAMLError:
+        return False
+    return x == y or str(x) == str(y)  # a quoted '8' is the schema's 8
 
 
 def read_sweep_file(sweep_dir: Path) -> dict[str, Any] | None:

@@ -323,3 +323,21 @@ def test_rag_ledger_export_says_which_rows_belong_to_an_incomplete_sweep(tmp_pat
     got = dict(zip(df["tags.sweep_id"].fillna(""), df["sweep_incomplete"].fillna("")))
     assert got[""] == "" and got["done-1"] == ""
     assert got["orphan-1"].startswith("it has no parent run")
+
+
+def test_the_baseline_check_compares_values_not_spellings():
+    from rag.ledger.sweep import baseline_mismatch
+
+    def tags(baseline: str, *overrides: str) -> dict[str, str]:
+        return {"sweep_baseline": baseline, "hydra_overrides": json.dumps(list(overrides))}
+
+    assert baseline_mismatch(tags("ranking.file_saturation=1.0"), {"ranking.file_saturation": "1"}) is None
+    assert baseline_mismatch(tags("bm25.path_field=false"), {"bm25.path_field": "False"}) is None
+    assert baseline_mismatch(tags("search.fuse=[dense,bm25]"), {"search.fuse": "[dense, bm25]"}) is None
+    assert baseline_mismatch(tags("search.top_k=8", "search.top_k='8'"), {}) is None
+    # an interpolated baseline value cannot be compared here: not held against the row
+    assert baseline_mismatch(tags("ranking.features=${rag_ranking_ablations:baseline}"),
+                             {"ranking.features": "[a, b]"}) is None
+    # a group choice is read from the row's own overrides
+    assert baseline_mismatch(tags("embedder=minilm", "embedder=model2vec"), {}) == \
+        "it has embedder=model2vec, not embedder=minilm"
