@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rag.app.config import (expand_path, ledger_uri, output_path, project_root, register_configs,
                         to_container, validate)
@@ -364,9 +364,14 @@ def baseline_values_differ(cfg: DictConfig, overrides: list[str]) -> str | None:
     params = {}
     for pair in str(cfg.sweep.baseline or "").split():
         key = pair.split("=", 1)[0].lstrip("+~")
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not isinstance(value, DictConfig):
+        try:
+            value = OmegaConf.select(cfg, key, default=None)
+        except Exception:  # noqa: BLE001 - a key that does not resolve: nothing to compare
+            continue
+        if value is not None and not isinstance(value, (DictConfig, ListConfig)):
             params[key] = param_value(getattr(value, "value", value))
+        elif isinstance(value, ListConfig):
+            params[key] = param_value(OmegaConf.to_container(value, resolve=True))
     return baseline_mismatch({"hydra_overrides": json.dumps(list(overrides)),
                               "sweep_baseline": str(cfg.sweep.baseline or "")}, params)
 

@@ -341,3 +341,17 @@ def test_the_baseline_check_compares_values_not_spellings():
     # a group choice is read from the row's own overrides
     assert baseline_mismatch(tags("embedder=minilm", "embedder=model2vec"), {}) == \
         "it has embedder=model2vec, not embedder=minilm"
+
+
+def test_a_job_is_tagged_baseline_only_with_the_baselines_values(compose):
+    """Without sweep.json (no varying keys known) every job's label is "(defaults)", the
+    baseline's too: the label alone once made every job of the sweep its baseline."""
+    from rag.app.run import baseline_values_differ, sweep_tags
+
+    for mode, expected in (("bm25", "false"), ("dense", "true")):
+        cfg = compose(["+sweep=routing", f"search.mode={mode}"])
+        tags = sweep_tags(cfg, {"overrides": [f"search.mode={mode}"], "file": None})
+        assert tags["sweep_job"] == "(defaults)" == tags["sweep_baseline_job"]
+        assert tags["is_baseline"] == expected, mode
+    cfg = compose(["+sweep=routing"])  # search.mode left at its default, hybrid
+    assert baseline_values_differ(cfg, []) == "it has search.mode=hybrid, not search.mode=dense"
