@@ -355,3 +355,44 @@ def test_a_job_is_tagged_baseline_only_with_the_baselines_values(compose):
         assert tags["is_baseline"] == expected, mode
     cfg = compose(["+sweep=routing"])  # search.mode left at its default, hybrid
     assert baseline_values_differ(cfg, []) == "it has search.mode=hybrid, not search.mode=dense"
+
+
+def test_a_store_that_reads_but_refuses_writes_fails_the_write_check():
+    """A tracking server that lists experiments but answers 403 to every write (a read-only
+    token, say): the sweep's check before its first job says so in one line."""
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+
+    seen: list[tuple[str, str]] = []
+
+    class ReadOnly(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            seen.append((self.command, self.path.split("?")[0]))
+            if self.path.startswith("/api/2.0/mlflow/experiments/search"):
+                status, body = 200, {"experiments": []}
+            elif self.path.startswith("/api/2.0/mlflow/experiments/get-by-name"):
+                status, body = 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "none"}
+            else:
+                status, body = 403, {"error_code": "PERMISSION_DENIED", "message": "read-only"}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with loopback(ReadOnly) as base:
+        ledger = Ledger(base, retries=0)
+        with pytest.raises(LedgerError) as err:
+            ledger.check_writable("rag-x")
+    msg = str(err.value)
+    assert msg.startswith(f"cannot write experiment 'rag-x' in the ledger at {base}: ")
+    assert "PERMISSION_DENIED" in msg and "\n" not in msg
+    assert ("POST", "/api/2.0/mlflow/experiments/create") in seen
