@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from rag.ledger.sweep import (SWEEP_FILE, log_sweep_summary, new_sweep_id, read_job_outcomes,
-                              suite_summary, sweep_significance)
+from rag.ledger.sweep import (OUTCOMES_DIR, SWEEP_FILE, log_sweep_summary, new_sweep_id,
+                              read_job_outcomes, suite_summary, sweep_significance)
 
 try:
     from hydra.experimental.callback import Callback
@@ -193,6 +194,8 @@ class SweepCallback(Callback):  # type: ignore[misc]
         check_repository_suite(config)  # a bad dataset: one line, exit 2, no parent run
 
         with self._fatal("checked before the first job: no job was run, no row written"):
+            # outcomes noted by the jobs of an earlier multirun in the same folder are not ours
+            shutil.rmtree(Path(str(config.hydra.sweep.dir)) / OUTCOMES_DIR, ignore_errors=True)
             self._planned = planned_jobs(config)
             if config.tracking.enabled:
                 self._check_store(config)
