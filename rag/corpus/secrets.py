@@ -30,7 +30,8 @@ literal. Differences, all deliberate:
 * gitleaks' allowlist of 16 public Firebase keys for ``gcp-api-key`` is not kept: a public
   key redacted costs nothing;
 * ``generic-api-key`` is narrowed: the assigned name must *end* in a credential word
-  (``password``, ``passwd``, ``pwd``, ``pass``, ``passphrase``, ``secret``, ``token``,
+  (``password``, ``passwd``, ``pwd``, ``passphrase``, ``pass`` after another word
+  (``db_pass``), ``secret``, ``token``,
   ``api_key``/``apikey``, ``secret_key``, ``private_key``, ``access_key``, ``auth_key``,
   ``signing_key``, ``encryption_key``, ``master_key``, ``client_key``, ``credential(s)``;
   any case, camelCase too) — ``token_url``, ``password_field``, ``secret_name`` are not
@@ -134,8 +135,9 @@ def _token(kind: str, source: str, regex: str, keywords: tuple[str, ...],
 
 
 # the last word of an assigned name that makes its value a credential, and of those, the
-# ones that make it a password (lower-cased, separators _ . - or camelCase)
-_CRED_TAIL = (r"passw(?:or)?d|passphrase|(?<![a-z])pwd|(?<![a-z])pass|secret|token"
+# ones that make it a password (lower-cased, separators _ . - or camelCase; "pass" only
+# after another word: db_pass, never a bare 'pass': 'bandpass')
+_CRED_TAIL = (r"passw(?:or)?d|passphrase|(?<![a-z])pwd|(?<=[a-z0-9][_.-])pass|secret|token"
               r"|api[_.-]?key|(?:secret|private|access|auth|signing|encryption|master|client)"
               r"[_.-]?key|secret[_.-]?key[_.-]?base|credentials?")
 _PASSWORD_TAIL = re.compile(r"(?:passw(?:or)?d|passphrase|pwd|pass)$", re.I)

@@ -150,6 +150,7 @@ ORDINARY = [
     "max_tokens = 1000\n",
     "token = tok\n",
     "password: postgres\n",
+    "FILTERS = {'pass': 'bandpass', 'stop': 'bandstop'}\n",
     "    var credential: URLCredential?\n",
     "$ mix phx.gen.schema Accounts.User users password:string:redact\n",
     f'def test_commit():\n    commit = "{_SHA}"\n    assert resolve("HEAD") == commit\n',
