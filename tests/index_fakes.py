@@ -38,7 +38,8 @@ class HashEmbedder:
 def generation_index(gen: int):
     """An :class:`rag.index.build.Index` whose every part says which generation it is: chunk
     texts ``gen <gen> ...``, the corpus fingerprint ``gen-<gen>``, and embedding rows whose
-    first value is ``gen`` (before normalisation, so each row encodes it)."""
+    first value is ``gen / 100`` (before normalisation, so each row encodes it and the rows'
+    directions barely change between generations)."""
     from rag.corpus.chunk import Chunk
     from rag.index.bm25 import build_bm25
     from rag.index.build import Index, indexed_texts
@@ -52,7 +53,7 @@ def generation_index(gen: int):
                             category="source", kind="window", text=text, content_hash=digest))
     texts, _ = indexed_texts(chunks)
     matrix = np.full((N_CHUNKS, DIM), 1.0, dtype=np.float32)
-    matrix[:, 0] = float(gen)
+    matrix[:, 0] = gen / 100.0
     matrix[:, 1] = np.arange(N_CHUNKS, dtype=np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     stats = {"chunks": N_CHUNKS, "header": "path_symbol", "bm25_tokenizer": "code"}
@@ -76,7 +77,7 @@ def generation_of(index, manifest) -> int:
             int(index.corpus_fingerprint.split("-")[1])}
     gens |= {int(c.text.split()[1]) for c in index.chunks}
     m = index.dense.matrix
-    first = m[:, 0] / m[:, 2]  # the rows' gen / 1 (columns 2.. hold 1 before normalising)
+    first = 100.0 * m[:, 0] / m[:, 2]  # columns 2.. hold 1 before normalising
     gens |= {int(round(float(x))) for x in first}
     assert len(gens) == 1, f"a mixed build: {sorted(gens)}"
     assert len(index.chunks) == m.shape[0] == index.bm25.n_chunks == N_CHUNKS

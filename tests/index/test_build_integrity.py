@@ -33,8 +33,8 @@ def test_publish_records_sizes_hashes_shapes_and_statistics(tmp_path):
     assert manifest["shapes"] == {"chunks": N_CHUNKS, "embeddings": [N_CHUNKS, DIM],
                                   "bm25_docs": N_CHUNKS}
     m = np.load(build / "embeddings.npy")
-    # by hand: every row is (3, i, 1, 1, 1, 1, 1, 1) normalised, so each norm is 1
-    rows = np.array([[3.0, i] + [1.0] * 6 for i in range(N_CHUNKS)])
+    # by hand: every row is (0.03, i, 1, 1, 1, 1, 1, 1) normalised, so each norm is 1
+    rows = np.array([[0.03, i] + [1.0] * 6 for i in range(N_CHUNKS)])
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     check = manifest["embeddings_check"]
     assert check["sum"] == pytest.approx(rows.sum(), rel=1e-6)

@@ -37,6 +37,9 @@ def add_parser(sub):
                    help="browser origins (scheme://host[:port], comma-separated, or *) "
                         "answered with CORS headers; a request from any other Origin gets "
                         "403 unless it is a GET. Default: RAG_ALLOWED_ORIGINS, else none")
+    p.add_argument("--reload-s", default=None, metavar="S",
+                   help="check for a newly published build every S seconds and swap it in "
+                        "without a restart (0: only on SIGHUP; default: RAG_RELOAD_S, else 5)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides (the RAG_* environment flags also apply)")
     return p
@@ -49,4 +52,4 @@ def run(args, rest, parser) -> int:
     return serve(args.host, args.port, list(args.overrides), body_limit=args.max_body_bytes,
                  batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
                  log_key_file=args.log_key_file, allowed_hosts=args.allowed_hosts,
-                 allowed_origins=args.allowed_origins)
+                 allowed_origins=args.allowed_origins, reload_s=args.reload_s)

@@ -5,7 +5,12 @@
   (``retriever.kind=http``, rag/eval/retriever.py) ``depth`` adds ``ranked`` (the ranking to that
   many distinct paths before abstention, with each hit's ``score``), ``signals: true`` every
   abstention signal and which one the abstention read, ``with_text: true`` each hit's text.
-* ``GET /health`` — the index's size, embedder and corpus fingerprint.
+* ``GET /health`` — readiness: 200 when the published build answers, 503 (``refusing``,
+  ``no index``, ``degraded``) when the service cannot answer from it; the build id and age,
+  the index's size, embedder and corpus fingerprint (rag/app/serve/index_holder.py).
+
+A newly published build is swapped in between requests (``--reload-s`` polls, SIGHUP): each
+request is answered wholly from one build, named in its answer's ``index.build_id``.
 
 Bad input is a 4xx, never a 500: every malformed body (invalid JSON, not an object, wrong types,
 non-finite numbers, unpaired surrogates) gets 422 whose ``detail`` lists each error's ``loc``,
@@ -501,8 +506,16 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, options=None, gate=None,
                batch_wait_ms: float | None = None, max_batch: int | None = None,
                correlation: CorrelationKeys | None = None,
-               clock: Callable[[], float] = time.time, reranker=None, hosts=None):
+               clock: Callable[[], float] = time.time, reranker=None, hosts=None,
+               builds=None):
     """A FastAPI app serving ``index`` with ``cfg``'s search flags as defaults.
+
+    ``builds``: the corpus's published builds (:class:`rag.app.serve.index_holder.
+    PublishedBuilds`); with them ``app.state.holder`` (:class:`~rag.app.serve.index_holder.
+    IndexHolder`) swaps in a newly published build when checked (``rag serve`` checks every
+    ``--reload-s`` seconds and on SIGHUP). Every request is answered wholly from one build,
+    named in its answer's ``index.build_id``; ``/health`` is readiness (200 only when the
+    published build answers; 503 with ``status`` ``refusing``, ``no index`` or ``degraded``).
 
     ``options`` / ``gate``: the default search options and learned abstention gate
     (:func:`rag.app.search_cli.search_abstention`; default: ``cfg``'s flags, no gate). A request's
@@ -536,21 +549,19 @@ def create_app(cfg, index, manifest: dict | None = None, *,
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from rag.search.batching import (DEFAULT_BATCH_WAIT_MS, DEFAULT_MAX_BATCH, DenseBatcher,
-                                     dense_needed)
+    from rag.search.batching import dense_needed
+    from rag.app.serve.index_holder import IndexHolder, serve_build
     from rag.search.pipeline import SearchOptions, SearchPipeline
-    from rag.app.search_cli import hit_dicts, index_info as build_info, link_source
+    from rag.app.search_cli import hit_dicts, index_info as build_info
     from rag.core.trace_links import hit_url
 
     manifest = manifest or {}
-    source = link_source(cfg, manifest)
     # the config keys a request reads, resolved once: cfg.corpus.name is an interpolation
     # (${rag_corpus_name:...}) that OmegaConf parses again at every access — 29% of the
     # server's CPU under 8 concurrent clients (py-spy, 2026-12-01)
     served_corpus = str(cfg.corpus.name)
     rerank_default = bool(cfg.rerank.enabled)
     max_age_h = cfg.index.max_age_h
-    refused = manifest.get("refused")
     defaults = options if options is not None else SearchOptions.from_config(cfg)
     # FastAPI's own telemetry log records would carry exception messages: off
     app = FastAPI(title="rag", description="Retrieval over a code repository.",
@@ -560,16 +571,14 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
         app.add_middleware(HostGuard, policy=hosts)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
-    max_batch = DEFAULT_MAX_BATCH if max_batch is None else max_batch
-    dense = None if refused or index is None else getattr(index, "dense", None)
-    batcher = None
-    # an ANN (dense.index=hnsw|ivf) searches each query with its own pool and filter inside the
-    # pipeline: its requests are not batched (their answers stay those of `rag search`)
-    if dense is not None and max_batch > 1 and getattr(dense, "ann", None) is None:
-        batcher = DenseBatcher(dense, max_batch=max_batch,
-                               wait_ms=DEFAULT_BATCH_WAIT_MS if batch_wait_ms is None
-                               else batch_wait_ms)
-    app.state.batcher = batcher
+    # the build answered from (swapped live when `builds` names a new one: index_holder.py)
+    def prepare(new_index, new_manifest):
+        return serve_build(cfg, new_index, new_manifest, max_batch=max_batch,
+                           batch_wait_ms=batch_wait_ms)
+
+    holder = IndexHolder(prepare(index, manifest), prepare=prepare, builds=builds)
+    app.state.holder = holder
+    app.state.batcher = holder.current.batcher
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request, exc: RequestValidationError):
@@ -596,12 +605,6 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
     rerankers: list = [] if reranker is None else [reranker]
     reranker_lock = threading.Lock()
-    # filled once here, not lazily: requests run on a thread pool and must never see it half-built
-    texts: dict[str, str] = {c.id: c.text for c in getattr(index, "chunks", None) or ()}
-
-    def chunk_text(chunk_id: str) -> str:
-        return texts[chunk_id]
-
     def get_reranker():
         """The configured reranker (``rerank.kind``), created and loaded on first use, once
         (late interaction: the torch model beside the ONNX query encoder). A cross-encoder
@@ -622,8 +625,9 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                     raise ValueError(str(exc)) from None
             return rerankers[0]
 
-    def index_info(request_id: str | None = None) -> dict:
-        info = build_info(manifest, max_age_h=max_age_h, now=clock())
+    def index_info(request_id: str | None = None, manifest: dict = manifest) -> dict:
+        info = {"build_id": manifest.get("build_id"),
+                **build_info(manifest, max_age_h=max_age_h, now=clock())}
         if info["stale"]:
             log_event(logging.WARNING, {"event": "stale_index", "version": info["version"],
                                         "age_h": round(info["age_s"] / 3600, 2),
@@ -632,23 +636,30 @@ def create_app(cfg, index, manifest: dict | None = None, *,
         return info
 
     @app.get("/health")
-    def health() -> dict:
-        if refused:
-            return {"status": "refusing", "reason": refused}
-        return {"status": "ok", "corpus": served_corpus, "chunks": len(index.chunks),
-                "embedder": index.dense.embedder.model_id if index.dense else None,
-                "corpus_fingerprint": index.corpus_fingerprint, "index": index_info()}
+    def health():
+        """Readiness (index_holder.py): 200 when the published build answers, else 503."""
+        with holder.use() as build:
+            status, body = holder.health(build, now=clock())
+            if status == 200 or body["status"] == "degraded":
+                idx = build.index
+                body.update(corpus=served_corpus, chunks=len(idx.chunks),
+                            embedder=idx.dense.embedder.model_id if idx.dense else None,
+                            corpus_fingerprint=idx.corpus_fingerprint,
+                            index=index_info(manifest=build.manifest))
+        return JSONResponse(body, status_code=status)
 
     @app.post("/search")
     def search(req: SearchRequest, request: Request) -> dict:
-        if batcher is None:
-            return _search(req, _rid(request))
-        with batcher.request():
-            return _search(req, _rid(request))
+        with holder.use() as build:  # the whole answer from this one build
+            if build.batcher is None:
+                return _search(req, _rid(request), build)
+            with build.batcher.request():
+                return _search(req, _rid(request), build)
 
-    def _search(req: SearchRequest, request_id: str | None) -> dict:
+    def _search(req: SearchRequest, request_id: str | None, build) -> dict:
+        index, refused, source, batcher = build.index, build.refused, build.source, build.batcher
         t0 = time.perf_counter()
-        entry: dict = {"event": "search", "query_chars": len(req.query)}
+        entry: dict = {"event": "search", "query_chars": len(req.query), "build": build.build_id}
         if correlation is not None:  # HMAC of the query with a secret key, never the query
             entry.update(correlation.correlate(req.query))
         try:
@@ -698,13 +709,13 @@ def create_app(cfg, index, manifest: dict | None = None, *,
             hits = hit_dicts(res.hits, source)
             if req.with_text:
                 for h, out in zip(res.hits, hits):
-                    out["text"] = chunk_text(h.chunk_id)
+                    out["text"] = build.text(h.chunk_id)
             body = {"hits": hits,
                     "route": res.route, "dropped": res.dropped, "weak_match": res.weak_match,
                     "reason": res.reason, "timings_ms": res.timings_ms,
                     "index": {"corpus": served_corpus, "chunks": len(index.chunks),
                               "corpus_fingerprint": index.corpus_fingerprint,
-                              **index_info(request_id)}}
+                              **index_info(request_id, build.manifest)}}
             if req.depth is not None:
                 body["ranked"] = [{**h.as_dict(), "url": hit_url(h, source)} for h in res.ranked]
             if req.signals:
@@ -734,8 +745,12 @@ def _rid(request) -> str | None:
 def serve(host: str, port: int, overrides: list[str], *,
           body_limit: int | str | None = None, batch_wait_ms: float | str | None = None,
           max_batch: int | str | None = None, log_key_file: str | None = None,
-          allowed_hosts: str | None = None, allowed_origins: str | None = None) -> int:
-    """Load the index once and serve it with uvicorn (127.0.0.1 by default).
+          allowed_hosts: str | None = None, allowed_origins: str | None = None,
+          reload_s: float | str | None = None) -> int:
+    """Load the index and serve it with uvicorn (127.0.0.1 by default); a newly published
+    build is swapped in live, checked every ``reload_s`` seconds (``--reload-s``, else
+    ``RAG_RELOAD_S``, else 5; 0: only on SIGHUP) and at once on SIGHUP
+    (rag/app/serve/index_holder.py).
 
     ``body_limit`` is ``--max-body-bytes``; without it ``RAG_MAX_BODY_BYTES`` or 64 KiB applies
     (:func:`resolve_max_body_bytes`). ``batch_wait_ms`` / ``max_batch`` are
@@ -762,6 +777,9 @@ def serve(host: str, port: int, overrides: list[str], *,
         limit = resolve_max_body_bytes(body_limit)
         wait_ms, batch = resolve_batching(batch_wait_ms, max_batch)
         correlation = CorrelationKeys.from_env(path=log_key_file)
+        from rag.app.serve.index_holder import resolve_reload_s
+
+        every_s = resolve_reload_s(reload_s)
         hosts = HostPolicy.from_settings(bind_host=host, hosts=allowed_hosts,
                                          origins=allowed_origins)
     except ValueError as exc:
@@ -780,12 +798,36 @@ def serve(host: str, port: int, overrides: list[str], *,
                      if index is not None else (None, None))
     app = create_app(cfg, index, manifest, max_body_bytes=limit, options=options, gate=gate,
                      batch_wait_ms=wait_ms, max_batch=batch, correlation=correlation,
-                     reranker=reranker, hosts=hosts)
+                     reranker=reranker, hosts=hosts, builds=_published_builds(cfg, index))
+    holder = app.state.holder
+    holder.check()  # a damaged published build shows on /health from the first request
+    holder.start(every_s)
+    _on_sighup(holder.wake)
     log_event(logging.INFO, {"event": "start", "host": host, "port": port,
                              "index": manifest.get("build_id"),
                              "rerank": getattr(reranker, "kind", None), **hosts.describe(),
                              "key_id": correlation.current_key_id() if correlation else None})
     # uvicorn's access log would print the request line only (no body), but keep it off:
     # our own JSON line per request is the log of record
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    try:
+        uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    finally:
+        holder.stop()
     return int(ExitCode.OK)
+
+
+def _published_builds(cfg, index):
+    """The published builds ``rag serve`` watches (None when it serves no index)."""
+    from rag.app.serve.index_holder import PublishedBuilds
+
+    dense = getattr(index, "dense", None)
+    return None if dense is None else PublishedBuilds.for_config(cfg, dense.embedder)
+
+
+def _on_sighup(wake: Callable[[], None]) -> None:
+    """Check for a new build at once on SIGHUP (``kill -HUP <pid>``); not on a platform
+    without it."""
+    import signal
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: wake())

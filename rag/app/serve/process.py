@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +28,8 @@ def free_port() -> int:
 def start(overrides: list[str], *, env: dict[str, str] | None = None, capture: bool = False,
           timeout_s: float = 600.0, options: Sequence[str] = (),
           log_path: str | os.PathLike | None = None) -> tuple[subprocess.Popen, str]:
-    """Run ``python -m rag serve`` on a free port and wait until GET /health answers.
+    """Run ``python -m rag serve`` on a free port and wait until GET /health answers — with
+    any HTTP status: a 503 (readiness: ``degraded``, ``refusing``) is a server that is up.
 
     Args:
         overrides: KEY=VALUE config overrides.
@@ -62,6 +64,9 @@ def start(overrides: list[str], *, env: dict[str, str] | None = None, capture: b
         try:
             with _LOOPBACK.open(f"{base}/health", timeout=2):
                 return proc, base
+        except urllib.error.HTTPError as exc:  # it answered: up, if not ready
+            exc.close()
+            return proc, base
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 stop(proc)
@@ -72,6 +77,18 @@ def start(overrides: list[str], *, env: dict[str, str] | None = None, capture: b
                     tail = proc.stdout.read()[-2000:] if capture and proc.stdout else ""
                 raise RuntimeError(f"rag serve did not start: {tail}") from None
             time.sleep(0.5)
+
+
+def health(base: str, *, timeout_s: float = 10.0) -> tuple[int, dict]:
+    """(HTTP status, JSON body) of ``GET {base}/health`` — 503 included, not raised."""
+    import json
+
+    try:
+        with _LOOPBACK.open(f"{base}/health", timeout=timeout_s) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"{}")
 
 
 def stop(proc: subprocess.Popen) -> str:
