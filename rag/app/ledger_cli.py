@@ -53,6 +53,17 @@ def add_parser(sub) -> None:
         "screenshots", help="PNGs of the MLflow UI (runs table, run page, compare view) for "
                             "one sweep, taken with headless Chromium and checked",
         description=SCREENSHOTS_DESCRIPTION))
+    ui = acts.add_parser(
+        "ui", help="start the MLflow UI on 127.0.0.1 and print links to the newest sweep's runs "
+                   "table (headline columns) and compare view",
+        description=(
+            "Start `mlflow server` on 127.0.0.1 over the ledger and print three links: the "
+            "newest sweep's runs table with the headline metric columns (an MLflow shared view: "
+            "one experiment tag mlflow.sharedViewState.<key>, never a row), the compare view "
+            "of its rows (MLflow orders that view's metrics alphabetically) and the baseline's "
+            "run page. Serves until Ctrl-C. Links use ledger.localhost, which browsers resolve "
+            "to the loopback address."))
+    add_screenshot_arguments(ui, out=False)
 
 
 SCREENSHOTS_DESCRIPTION = (
@@ -66,11 +77,12 @@ SCREENSHOTS_DESCRIPTION = (
     "run.")
 
 
-def add_screenshot_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``rag ledger screenshots``."""
-    p.add_argument("--out", default="reports/screenshots", metavar="DIR",
-                   help="folder for the PNGs; a relative path is taken from $RAG_OUTPUT_DIR or "
-                        "the project root (default: reports/screenshots)")
+def add_screenshot_arguments(p: argparse.ArgumentParser, *, out: bool = True) -> None:
+    """The options of ``rag ledger screenshots`` (and, without ``--out``, ``rag ledger ui``)."""
+    if out:
+        p.add_argument("--out", default="reports/screenshots", metavar="DIR",
+                       help="folder for the PNGs; a relative path is taken from "
+                            "$RAG_OUTPUT_DIR or the project root (default: reports/screenshots)")
     p.add_argument("--sweep", default=None, metavar="SWEEP_ID",
                    help="the sweep id (default: the newest sweep in the ledger)")
     p.add_argument("--experiment", default=None, metavar="NAME",
@@ -86,7 +98,8 @@ def add_screenshot_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch ``rag ledger ACTION``; returns the exit status (see the module docstring)."""
-    return export_command(args) if args.action == "export" else screenshots_command(args)
+    return {"export": export_command, "screenshots": screenshots_command,
+            "ui": ui_command}[args.action](args)
 
 
 def export_command(args: argparse.Namespace) -> int:
@@ -117,6 +130,48 @@ def export_command(args: argparse.Namespace) -> int:
     if args.out not in (None, "-"):
         print(f"wrote {len(table)} ledger row(s) to {args.out}", file=sys.stderr)
     return 0
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    """``rag ledger ui``: 0 after Ctrl-C, 2 after one ``error:`` line (no sweep, the store or
+    the server failed)."""
+    import json
+    import tempfile
+
+    from rag.app.config import default_tracking_uri
+    from rag.ledger.mlflow_store import Ledger, LedgerError
+    from rag.ledger.screenshots import UI_HOST, ScreenshotError, free_port
+    from rag.ledger.ui import prepare_links, serve_ui
+
+    uri = default_tracking_uri(args.tracking_uri)
+    port = args.port or free_port()
+    try:
+        links = prepare_links(Ledger(uri, create=False), port=port, host=UI_HOST,
+                              sweep_id=args.sweep, experiment=args.experiment,
+                              prefix=args.prefix)
+    except (ScreenshotError, LedgerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    log = Path(tempfile.gettempdir()) / f"rag-ledger-ui-{port}.log"
+
+    def ready() -> None:
+        if args.json:
+            print(json.dumps(links.as_dict() | {"log": str(log)}), flush=True)
+        else:
+            print(f"MLflow UI on {links.server} (log: {log}); Ctrl-C stops it\n"
+                  f"  sweep {links.sweep_id}, runs table with the headline columns:\n"
+                  f"    {links.runs_table}\n"
+                  f"  compare view of its rows:\n    {links.compare}\n"
+                  f"  the baseline's run page:\n    {links.baseline_run}", flush=True)
+
+    try:
+        code = serve_ui(uri, port=port, log=log, ready=ready)
+    except ScreenshotError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if code:
+        print(f"error: the MLflow server stopped by itself (log: {log})", file=sys.stderr)
+    return code
 
 
 def screenshots_command(args: argparse.Namespace) -> int:

@@ -255,6 +255,43 @@ def check_pages(dom: dict[str, str], *, run_names: list[str], run_ids: list[str]
     return problems
 
 
+@dataclass
+class FoundSweep:
+    """One sweep's finished rows in one experiment, and its baseline row (MLflow ``Run``s)."""
+
+    experiment_id: str
+    sweep_id: str
+    rows: list
+    baseline: Any
+
+
+def find_sweep(ledger: Any, *, sweep_id: str | None = None, experiment: str | None = None,
+               prefix: str = "rag") -> FoundSweep:
+    """The sweep ``sweep_id`` (default: the newest sweep of the ledger, or of
+    ``experiment``: its name or corpus); for a suite, its rows in its first experiment.
+
+    Raises:
+        ScreenshotError: no such experiment, no finished sweep row, a quote in the id.
+    """
+    if sweep_id is not None and "'" in sweep_id:
+        raise ScreenshotError(f"--sweep {sweep_id!r}: a sweep id holds no quote")
+    exps = [e for e in ledger.experiments(prefix)
+            if experiment is None or e.name in (experiment, f"{prefix}-{experiment}")]
+    if experiment is not None and not exps:
+        raise ScreenshotError(f"--experiment {experiment!r}: no such experiment in {ledger.uri}")
+    where = f"tags.sweep_id = '{sweep_id}'" if sweep_id else "tags.sweep_id != ''"
+    rows = ledger.rows([e.experiment_id for e in exps], where=where) if exps else []
+    if not rows:
+        raise ScreenshotError(f"no finished sweep row in {ledger.uri}"
+                              + (f" for sweep {sweep_id}" if sweep_id else ""))
+    sweep_id = sweep_id or max(rows, key=lambda r: r.info.start_time).data.tags["sweep_id"]
+    rows = [r for r in rows if r.data.tags.get("sweep_id") == sweep_id]
+    exp_id = rows[0].info.experiment_id
+    rows = [r for r in rows if r.info.experiment_id == exp_id]  # a suite: its first corpus
+    base = next((r for r in rows if r.data.tags.get("is_baseline") == "true"), rows[0])
+    return FoundSweep(experiment_id=exp_id, sweep_id=sweep_id, rows=rows, baseline=base)
+
+
 def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,
                 experiment: str | None = None, prefix: str = "rag",
                 port: int | None = None, binary: str | None = None) -> SweepPages:
@@ -279,23 +316,9 @@ def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,
     if binary is None:
         raise ScreenshotError("chromium is not installed (Debian: apt-get install chromium; "
                               "`make sysdeps` does it)")
-    if sweep_id is not None and "'" in sweep_id:
-        raise ScreenshotError(f"--sweep {sweep_id!r}: a sweep id holds no quote")
-    ledger = Ledger(uri, create=False)
-    exps = [e for e in ledger.experiments(prefix)
-            if experiment is None or e.name in (experiment, f"{prefix}-{experiment}")]
-    if experiment is not None and not exps:
-        raise ScreenshotError(f"--experiment {experiment!r}: no such experiment in {uri}")
-    where = f"tags.sweep_id = '{sweep_id}'" if sweep_id else "tags.sweep_id != ''"
-    rows = ledger.rows([e.experiment_id for e in exps], where=where) if exps else []
-    if not rows:
-        raise ScreenshotError(f"no finished sweep row in {uri}"
-                              + (f" for sweep {sweep_id}" if sweep_id else ""))
-    sweep_id = sweep_id or max(rows, key=lambda r: r.info.start_time).data.tags["sweep_id"]
-    rows = [r for r in rows if r.data.tags.get("sweep_id") == sweep_id]
-    exp_id = rows[0].info.experiment_id
-    rows = [r for r in rows if r.info.experiment_id == exp_id]  # a suite: its first corpus
-    base = next((r for r in rows if r.data.tags.get("is_baseline") == "true"), rows[0])
+    found = find_sweep(Ledger(uri, create=False), sweep_id=sweep_id, experiment=experiment,
+                       prefix=prefix)
+    exp_id, sweep_id, rows, base = found.experiment_id, found.sweep_id, found.rows, found.baseline
     names = [r.info.run_name for r in rows]
     datasets = base.inputs.dataset_inputs if base.inputs else []
     golden = (f"{datasets[0].dataset.name} ({datasets[0].dataset.digest})" if datasets
