@@ -248,6 +248,10 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         print(f"  {langs}", file=out)
 
 
+#: the row's token-budget curve: its table and its figure (artifacts)
+TOKEN_BUDGET_CSV, TOKEN_BUDGET_FIGURE = "token_budget.csv", "figures/token_budget.png"
+
+
 def calibration_lines(cal: dict[str, Any]) -> list[str]:
     """The abstention calibration as printable lines: the rule and target, then per signal its
     AUC, overlap, chosen threshold and achieved rates with 95% CIs, or a plain statement that
@@ -751,6 +755,14 @@ def log_row(cfg: DictConfig, ledger: Any, prepared: Prepared, retriever: Any, re
         for name, fig in row_figures(result.per_query, result.calibration,
                                      in_force=in_force).items():
             artifacts[name] = save_png(fig, plot_dir / Path(name).name)
+    if result.token_curve:  # recall / answer support per context budget (docs/metrics.md)
+        from rag.ledger.figures import token_budget
+
+        artifacts[TOKEN_BUDGET_CSV] = "budget,recall,answer_support,queries\n" + "".join(
+            f"{c['budget']},{c['recall']:.6f},{c['answer_support']:.6f},{c['queries']}\n"
+            for c in result.token_curve)
+        artifacts[TOKEN_BUDGET_FIGURE] = save_png(token_budget(result.token_curve),
+                                                  plot_dir / Path(TOKEN_BUDGET_FIGURE).name)
     commit = git_commit(project_root())
     ctx = _sweep_context()
     tags = {

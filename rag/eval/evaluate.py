@@ -49,6 +49,8 @@ class EvalResult:
     calibration: dict[str, Any]
     run: dict[str, dict[str, float]] = field(default_factory=dict)
     chunk_run: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # recall and answer support at each budget of TOKEN_CURVE_BUDGETS (token_budget_curve)
+    token_curve: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Collected:
     timings: dict[str, list[float]]
     unanswered: dict[str | None, int]
     filtered: dict[str, bool]
+    token_curve: list[dict[str, float]] = field(default_factory=list)
 
 
 def chunk_run_entry(hit: Any, rank_: int) -> dict[str, Any]:
@@ -191,6 +194,22 @@ def _hits_not_relevant(hit: Hit, query: GoldenQuery, units: CorpusUnits | None,
 
 #: the context budgets, in tokens, recall and answer support are measured at
 TOKEN_BUDGETS = (512, 2048, 8192)
+#: the budgets of the row's token-budget curve (``token_budget.csv``): powers of two
+TOKEN_CURVE_BUDGETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def token_budget_curve(per_query: dict[str, dict[str, float]],
+                       budgets: Sequence[int] = TOKEN_CURVE_BUDGETS) -> list[dict[str, float]]:
+    """The mean over positives of :func:`token_budget_metrics`'s values at each budget:
+    ``[{"budget": B, "recall": ..., "answer_support": ..., "queries": n}, ...]`` in budget
+    order; [] when there is no positive."""
+    if not per_query:
+        return []
+    n = len(per_query)
+    return [{"budget": int(b), "queries": n,
+             "recall": sum(m[f"token_recall_at_{b}"] for m in per_query.values()) / n,
+             "answer_support": sum(m[f"token_support_at_{b}"] for m in per_query.values()) / n}
+            for b in budgets]
 
 
 def token_budget_metrics(inputs: dict[str, tuple[list[list[str]], list[str], GoldenQuery]],
@@ -350,7 +369,7 @@ def evaluate(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
                                target_dropped=target_dropped, bands_on_top_dense=bands)
     metrics.update(calibration_metrics(cal))
     return EvalResult(metrics=metrics, per_query=got.rows, calibration=cal, run=got.run,
-                      chunk_run=got.chunk_run)
+                      chunk_run=got.chunk_run, token_curve=got.token_curve)
 
 
 def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[int],
@@ -460,8 +479,14 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             row.update(m)
     texts = [r.pop("_texts") for r in rows]
     positives = [r["query_id"] for r in rows if r["kind"] == "positive"]
+    token_curve: list[dict[str, float]] = []
     if count_tokens is not None and positives and all(q in budget_inputs for q in positives):
-        for qid, m in token_budget_metrics(budget_inputs, count_tokens).items():
+        at = token_budget_metrics(budget_inputs, count_tokens,
+                                  budgets=sorted({*TOKEN_BUDGETS, *TOKEN_CURVE_BUDGETS}))
+        token_curve = token_budget_curve(at)
+        keep = {f"token_{w}_at_{b}" for b in TOKEN_BUDGETS for w in ("recall", "support")}
+        for qid, m in at.items():  # the row logs TOKEN_BUDGETS; the curve is an artifact
+            m = {k: v for k, v in m.items() if k in keep}
             per_query_metrics[qid].update(m)
             next(r for r in rows if r["query_id"] == qid).update(m)
     if count_tokens is not None and all(t is not None for t in texts):
@@ -470,7 +495,7 @@ def collect_per_query(retriever: Any, golden: GoldenSet, *, recall_ks: Sequence[
             r["context_tokens"] = max(n - 2, 0) if ctx else 0
     return Collected(rows=rows, per_query_metrics=per_query_metrics, run=run,
                      chunk_run=chunk_run, timings=timings, unanswered=unanswered,
-                     filtered=filtered)
+                     filtered=filtered, token_curve=token_curve)
 
 
 def aggregate(got: Collected, golden: GoldenSet, *, use_expected_types: bool = False,

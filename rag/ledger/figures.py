@@ -187,6 +187,29 @@ def risk_coverage(calibration: Mapping[str, Any]) -> Any:
     return fig
 
 
+def token_budget(curve: Sequence[Mapping[str, float]]) -> Any:
+    """Recall and answer support against the token budget of the context (log2 axis), one
+    point per budget of :data:`rag.eval.evaluate.TOKEN_CURVE_BUDGETS`."""
+    fig = _figure(6.5, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    if not curve:
+        ax.text(0.5, 0.5, "no token counts in this row", ha="center", transform=ax.transAxes)
+        return fig
+    b = [c["budget"] for c in curve]
+    ax.plot(b, [c["recall"] for c in curve], marker="o", label="recall")
+    ax.plot(b, [c["answer_support"] for c in curve], marker="s",
+            label="answer support (any relevant unit)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(b, [f"{x:,}" for x in b], fontsize=8)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("context budget (embedder tokens; ranked chunks taken in order)")
+    ax.set_ylabel(f"share, mean over {int(curve[0].get('queries', 0))} positives")
+    ax.set_title("What a context budget buys")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
 def row_figures(per_query: pd.DataFrame | Sequence[Mapping[str, Any]],
                 calibration: Mapping[str, Any], *,
                 in_force: tuple[str, float | None, float | None] | None = None) -> dict[str, Any]:

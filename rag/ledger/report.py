@@ -18,6 +18,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("rerank", "rerank", "rerank.kind"),
     ("abstention", "abstain", "abstain.signal"),
     ("Recall@8", "metric", "recall_at_8"),
+    # beside top-k: what a 2,048-token context buys (rag/eval/evaluate.py TOKEN_BUDGETS)
+    ("Recall@2k tokens", "metric", "token_recall_at_2048"),
     ("MRR", "metric", "mrr"),
     ("prose Recall@8", "metric", "tag.prose.recall_at_8"),
     ("p50 ms", "metric", "latency_p50_ms"),

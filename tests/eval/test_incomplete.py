@@ -73,3 +73,21 @@ def test_recall_and_support_at_a_token_budget_by_hand():
         "token_recall_at_256": 0.0, "token_support_at_256": 0.0,    # the first chunk is 300
         "token_recall_at_512": 0.5, "token_support_at_512": 1.0,    # 300 + 200: a.py#f fits
         "token_recall_at_2048": 1.0, "token_support_at_2048": 1.0}  # all four: 1900
+
+
+def test_the_token_budget_curve_is_the_mean_over_positives_at_each_budget():
+    from rag.eval.evaluate import token_budget_curve
+    from rag.ledger.figures import token_budget
+
+    per_query = {"q1": {"token_recall_at_256": 0.0, "token_support_at_256": 0.0,
+                        "token_recall_at_512": 0.5, "token_support_at_512": 1.0},
+                 "q2": {"token_recall_at_256": 1.0, "token_support_at_256": 1.0,
+                        "token_recall_at_512": 1.0, "token_support_at_512": 1.0}}
+    curve = token_budget_curve(per_query, budgets=(256, 512))
+    assert curve == [{"budget": 256, "queries": 2, "recall": 0.5, "answer_support": 0.5},
+                     {"budget": 512, "queries": 2, "recall": 0.75, "answer_support": 1.0}]
+    assert token_budget_curve({}) == []
+    fig = token_budget(curve)  # the artifact's figure: both curves, on a log2 axis
+    ax = fig.axes[0]
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [[0.5, 0.75], [0.5, 1.0]]
+    assert ax.get_xscale() == "log"
