@@ -82,9 +82,22 @@ def _run_client(cmd: list[str], what: str) -> None:
         raise CorpusFetchError(f"could not fetch {what}: {cmd[0]!r} not found on PATH "
                                f"(command: {shown})") from exc
     if proc.returncode != 0:
-        tail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]
         raise CorpusFetchError(f"could not fetch {what}: `{shown}` failed "
-                               f"(exit {proc.returncode}):\n{tail}")
+                               f"(exit {proc.returncode}): "
+                               f"{_last_problem(proc.stderr or proc.stdout)}")
+
+
+def _last_problem(output: str) -> str:
+    """The one line of a failed download's output that says why (its traceback and log
+    pointers dropped): a line naming an errno (``OSError: [Errno 28] No space left on
+    device``) if there is one, else the last line that is not indented, a traceback header
+    or npm's log pointer; at most 500 characters."""
+    lines = [ln.strip() for ln in output.splitlines()
+             if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback")
+             and "complete log of this run" not in ln]
+    errno_lines = [ln for ln in lines if "[Errno" in ln]
+    line = (errno_lines or lines or ["no output"])[-1]
+    return line[:500]
 
 
 def _fetch_once(target: Path, what: str, download: Callable[[Path], None]) -> Path:

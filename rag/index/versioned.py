@@ -340,7 +340,10 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError):
-            path = getattr(exc, "filename", None) or where
+            path = Path(str(getattr(exc, "filename", None) or where))
+            if path == tmp or tmp in path.parents:  # removed now: name the folder and the file
+                rel = str(path.relative_to(tmp))
+                path = f"{builds}" + ("" if rel == "." else f" ({rel})")  # type: ignore[assignment]
             raise BuildWriteError(f"cannot write {path}: {os_problem(exc)}; nothing was "
                                   "published (the previous build, if any, stays current)") from None
         raise
@@ -363,7 +366,12 @@ def _write_build(index: Any, tmp: Path, write_bytes: Callable[[Path, bytes], Non
     written: dict[str, str] = {}  # name -> SHA-256 of the bytes handed to write_bytes
 
     def put(name: str, data: bytes) -> None:
-        write_bytes(tmp / name, data)
+        try:
+            write_bytes(tmp / name, data)
+        except OSError as exc:
+            if exc.filename is None:  # a failed write() names no file: this one
+                exc.filename = str(tmp / name)
+            raise
         written[name] = hashlib.sha256(data).hexdigest()
 
     put("chunks.json", json.dumps([asdict(c) for c in index.chunks]).encode("utf-8"))
@@ -393,7 +401,7 @@ def _write_build(index: Any, tmp: Path, write_bytes: Callable[[Path, bytes], Non
                                     path=p, build_id=build_id)
         files[p.name] = {"bytes": p.stat().st_size, "sha256": digest_}
     manifest["files"] = files
-    write_bytes(tmp / "manifest.json", json.dumps(manifest, indent=2, default=str).encode("utf-8"))
+    put("manifest.json", json.dumps(manifest, indent=2, default=str).encode("utf-8"))
     return manifest
 
 
