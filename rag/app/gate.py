@@ -98,6 +98,12 @@ class GateOptions:
             is gated for **non-inferiority** (module docstring).
         coverage: the coverage guard: a query (or its judgement), a tag or a gated metric
             that the baseline has and the candidate lacks fails the gate, by name.
+        sequential: decide each paired check by an anytime-valid confidence sequence of
+            the per-query differences (:func:`rag.eval.significance.
+            betting_confidence_sequence`, at ``alpha`` / the number of checks: Bonferroni)
+            read in a seeded random order, instead of the fixed-n test and CI; each check
+            says after how many queries it was decided (``decided_at``), so a run evaluated
+            in that order could have stopped there.
     """
 
     metrics: tuple[str, ...] = flagged("gated")
@@ -112,6 +118,7 @@ class GateOptions:
     max_severe_drops: int = 0
     superior: tuple[str, ...] = ()
     coverage: bool = True
+    sequential: bool = False
 
     def margin_for(self, metric: str) -> float:
         """The margin of ``metric`` (a ``tag.<tag>.<m>`` name takes ``m``'s)."""
@@ -130,6 +137,12 @@ class GateOptions:
 
 def describe_test(options: GateOptions, n_checks: int) -> str:
     """The test used, in words, for every output form."""
+    if options.sequential:
+        return (f"sequential: an anytime-valid betting confidence sequence of the per-query "
+                f"differences (Waudby-Smith & Ramdas, JRSS B 2024), read in an order seeded "
+                f"{options.seed}, at {options.alpha:g} / {n_checks} per check (Bonferroni); a "
+                "check passes once it rules out a drop beyond its margin, fails once it rules "
+                "out anything better, and is inconclusive until then")
     return (f"two-sided paired randomization (sign-flip) test on per-query values, "
             f"{options.n_resamples:,} resamples, seed {options.seed}, with a 95% paired-"
             f"bootstrap CI — the sweep's test (rag/eval/significance.py; Smucker et al., CIKM "
@@ -402,6 +415,8 @@ class Check:
         verdict: regression, improvement, inconclusive, drop_not_significant,
             rise_not_significant, within_margin.
         mode: ``non_inferiority`` or ``superiority`` (:attr:`GateOptions.superior`).
+        cs_low, cs_high: with ``sequential``, the confidence sequence of Δ after every
+            paired query; decided_at: how many queries it took to decide (None: undecided).
         queries_needed: for an inconclusive check, about how many paired queries would
             decide it (module docstring); None otherwise, or when the observed move sits on
             the margin itself.
@@ -423,6 +438,9 @@ class Check:
     verdict: str = WITHIN_MARGIN
     queries_needed: int | None = None
     mode: str = "non_inferiority"
+    cs_low: float | None = None
+    cs_high: float | None = None
+    decided_at: int | None = None
 
     @property
     def paired(self) -> bool:
@@ -496,9 +514,11 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
                 t = compare_paired(a, b, n_resamples=options.n_resamples, seed=options.seed)
             except ValueError as exc:
                 raise GateError(f"{name}: {exc}") from None
+            seq = (sequential_bounds(b - a, options=options, n_checks=len(targets), **kw)
+                   if options.sequential else {})
             checks.append(Check(baseline=t.mean_a, candidate=t.mean_b, delta=t.delta, n=t.n,
                                 p=t.p_value, ci_low=t.ci_low, ci_high=t.ci_high,
-                                mde=t.mde, **kw))
+                                mde=t.mde, **kw, **seq))
             continue
         if name in base.metrics and name in cand.metrics:
             if common is not None:
@@ -518,6 +538,47 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
     return checks, notes
 
 
+def _sequential_verdict(low: float, high: float, *, margin: float, mode: str) -> str | None:
+    """The verdict a confidence interval of the *gain* decides, or None (undecided)."""
+    if high < -margin - 1e-12:
+        return REGRESSION
+    if mode == "superiority":
+        return IMPROVEMENT if low > margin + 1e-12 else None
+    if low > -margin + 1e-12:
+        return IMPROVEMENT if low > margin + 1e-12 else WITHIN_MARGIN
+    return None
+
+
+def sequential_bounds(diff: Any, *, options: GateOptions, n_checks: int, margin: float,
+                      lower_is_better: bool, mode: str, **_: Any) -> dict[str, Any]:
+    """``cs_low``, ``cs_high`` (of Δ after all the pairs) and ``decided_at`` of one check: the
+    betting confidence sequence of the per-query differences ``diff`` (candidate - baseline,
+    in [-1, 1]) read in a random order seeded by ``options.seed``, at level
+    ``options.alpha / n_checks``.
+
+    Raises:
+        GateError: a difference outside [-1, 1] (a metric that is not a share).
+    """
+    import numpy as np
+
+    from rag.eval.significance import betting_confidence_sequence
+
+    d = np.asarray(diff, dtype=float)
+    order = np.random.default_rng(options.seed).permutation(d.size)
+    try:
+        cs = betting_confidence_sequence(d[order], alpha=options.alpha / max(n_checks, 1))
+    except ValueError as exc:
+        raise GateError(f"--sequential needs per-query values in [0, 1]: {exc}") from None
+    decided = None
+    for t in range(d.size):
+        low, high = ((-cs.upper[t], -cs.lower[t]) if lower_is_better
+                     else (cs.lower[t], cs.upper[t]))
+        if _sequential_verdict(low, high, margin=margin, mode=mode) is not None:
+            decided = t + 1
+            break
+    return {"cs_low": float(cs.lower[-1]), "cs_high": float(cs.upper[-1]), "decided_at": decided}
+
+
 def judge(checks: list[Check], options: GateOptions) -> list[Check]:
     """Holm-adjust the paired checks' p-values together and give every check its verdict
     (see the module docstring); returns new Check objects."""
@@ -528,6 +589,11 @@ def judge(checks: list[Check], options: GateOptions) -> list[Check]:
     out = []
     for i, c in enumerate(checks):
         p_holm = adjusted.get(i)
+        if options.sequential and c.cs_low is not None:
+            low, high = ((-c.cs_high, -c.cs_low) if c.lower_is_better else (c.cs_low, c.cs_high))
+            verdict = _sequential_verdict(low, high, margin=c.margin, mode=c.mode) or INCONCLUSIVE
+            out.append(replace(c, p_holm=p_holm, verdict=verdict))
+            continue
         gain = -c.delta if c.lower_is_better else c.delta
         significant = p_holm is None or p_holm < options.alpha  # margin only: the margin decides
         if gain < -c.margin - 1e-12:
@@ -764,7 +830,12 @@ def render_markdown(result: GateResult) -> str:
     if r.coverage_failed:
         lines.append("Coverage lost: the candidate lacks what the baseline measured: "
                      + coverage_text(r.coverage_lost))
-    if r.inconclusive:
+    if r.options.sequential:
+        lines.append("Sequential: " + "; ".join(
+            f"`{c.metric}` {'decided after ' + str(c.decided_at) if c.decided_at else 'undecided after'}"
+            f" of {c.n} queries (confidence sequence of Δ [{c.cs_low:+.4f}, {c.cs_high:+.4f}])"
+            for c in r.checks if c.cs_low is not None))
+    if r.inconclusive and not r.options.sequential:
         lines.append("Inconclusive (neither a regression nor ruled out): " + "; ".join(
             inconclusive_text(c) for c in r.inconclusive))
     if r.regressions or r.improvements or r.guard_failed or r.inconclusive or r.coverage_failed:
@@ -920,6 +991,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--mode", choices=("non-inferiority", "superiority"), default=None,
                    help="superiority: every gated metric as --superior (default: "
                         "non-inferiority: pass unless a drop beyond the margin is not ruled out)")
+    p.add_argument("--sequential", action="store_true",
+                   help="decide each check by an anytime-valid confidence sequence (valid "
+                        "whenever it is read), saying after how many queries it was decided")
     p.add_argument("--no-coverage-guard", dest="coverage", action="store_false",
                    help="do not fail when the candidate lacks queries, tags or gated metrics "
                         "the baseline has (they are still listed)")
@@ -985,6 +1059,7 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
         superior = metrics
     return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
                        superior=superior, coverage=getattr(args, "coverage", d.coverage),
+                       sequential=bool(getattr(args, "sequential", False)),
                        alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags,
                        severe_drop=drop,
                        max_severe_drops=getattr(args, "max_severe_drops", d.max_severe_drops))

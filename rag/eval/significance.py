@@ -218,3 +218,80 @@ def required_queries(sd_diff: float, effect: float, *, alpha: float = ALPHA, pow
         else:
             lo = mid + 1
     return lo
+
+
+@dataclass(frozen=True)
+class ConfidenceSequence:
+    """A time-uniform confidence sequence for the mean of bounded values, one interval per
+    prefix: ``lower[t-1] <= mean <= upper[t-1]`` holds for every t at once with probability
+    at least 1 - ``alpha`` (so it may be read after every query and stopped at will).
+
+    Attributes:
+        lower, upper: shape (n,), the running intersection of the intervals after 1..n values.
+        alpha: the error level.
+    """
+
+    lower: np.ndarray
+    upper: np.ndarray
+    alpha: float
+
+
+def betting_confidence_sequence(x: Sequence[float], *, alpha: float = ALPHA, lo: float = -1.0,
+                                hi: float = 1.0, grid: int = 1000,
+                                truncation: float = 0.5) -> ConfidenceSequence:
+    """The hedged betting confidence sequence of Waudby-Smith & Ramdas ("Estimating means of
+    bounded random variables by betting", JRSS B 86(1), 2024, Theorem 3 and §5.1, the
+    predictable plug-in bets): values are mapped to [0, 1]; for each candidate mean m on a
+    grid of ``grid`` points a gambler bets on x > m and one on x < m with predictable bets
+    lambda_t = sqrt(2 log(2/alpha) / (sigma^2_{t-1} t log(t+1))), truncated to
+    ``truncation``/m and ``truncation``/(1-m); m leaves the sequence once the hedged capital
+    K+/2 + K-/2 (a nonnegative martingale under m, at least the theorem's max(K+/2, K-/2))
+    reaches 1/alpha (Ville's inequality). Valid for i.i.d. values (or any bounded sequence
+    whose conditional mean is constant), at every t at once.
+
+    Args:
+        x: the values in order (e.g. per-query paired differences), each in [lo, hi].
+        alpha: the error level; lo, hi: the values' bounds (differences of [0, 1] metrics:
+            -1, 1).
+
+    Raises:
+        ValueError: no value, a value outside [lo, hi] or not finite, lo >= hi, alpha not
+            in (0, 1).
+    """
+    v = np.asarray(x, dtype=float)
+    if v.size == 0:
+        raise ValueError("a confidence sequence needs at least one value")
+    if not (0 < alpha < 1) or not lo < hi:
+        raise ValueError(f"need 0 < alpha < 1 and lo < hi, got alpha={alpha}, [{lo}, {hi}]")
+    if not np.all(np.isfinite(v)) or v.min() < lo - 1e-12 or v.max() > hi + 1e-12:
+        raise ValueError(f"every value must be a finite number in [{lo}, {hi}]")
+    z = np.clip((v - lo) / (hi - lo), 0.0, 1.0)
+    n = z.size
+    t = np.arange(1, n + 1)
+    # predictable estimates: after t-1 values (the t-th bet may not see x_t)
+    mu = (0.5 + np.concatenate([[0.0], np.cumsum(z)[:-1]])) / t
+    mu_hat = (0.5 + np.cumsum(z)) / (t + 1)                      # after t values
+    sq = np.concatenate([[0.0], np.cumsum((z - mu_hat) ** 2)[:-1]])
+    sigma2 = (0.25 + sq) / t
+    lam = np.sqrt(2 * np.log(2 / alpha) / (sigma2 * t * np.log(t + 1)))
+    del mu  # the plug-in bet depends on the variance alone (WSR §5.1)
+    m = (np.arange(grid) + 0.5) / grid                            # candidate means
+    lam_up = np.minimum(lam[:, None], truncation / m[None, :])
+    lam_dn = np.minimum(lam[:, None], truncation / (1 - m)[None, :])
+    with np.errstate(divide="ignore"):
+        log_up = np.cumsum(np.log1p(lam_up * (z[:, None] - m[None, :])), axis=0)
+        log_dn = np.cumsum(np.log1p(-lam_dn * (z[:, None] - m[None, :])), axis=0)
+    hedged = np.logaddexp(log_up, log_dn) - np.log(2)            # log(K+/2 + K-/2) >= log max
+    rejected = np.maximum.accumulate(hedged >= np.log(1 / alpha), axis=0)  # running intersection
+    lower = np.empty(n)
+    upper = np.empty(n)
+    for i in range(n):
+        kept = m[~rejected[i]]
+        if kept.size:
+            lower[i], upper[i] = kept.min() - 0.5 / grid, kept.max() + 0.5 / grid
+        else:  # every grid point rejected (possible only at a grid edge): the nearest point
+            j = int(np.argmin(hedged[i]))
+            lower[i] = upper[i] = m[j]
+    scale = hi - lo
+    return ConfidenceSequence(lower=lo + np.clip(lower, 0, 1) * scale,
+                              upper=lo + np.clip(upper, 0, 1) * scale, alpha=alpha)

@@ -785,3 +785,23 @@ def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     text = md.read_text()
     assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 4 paired checks" in text
     assert "fresh run: -m rag.run corpus.name=tinyshop" in proc.stderr
+
+
+def test_sequential_gate_stops_early_on_a_broken_candidate():
+    base = table(40)
+    broken = table(40, mrr=[0.5] * 40)  # -0.5 on every query
+    opts = GateOptions(metrics=("mrr",), sequential=True, max_severe_drops=-1)
+    r = compare(side(base, "row a"), side(broken), opts)
+    c = r.checks[0]
+    assert c.verdict == REGRESSION and r.exit_code == EXIT_REGRESSION
+    # the confidence sequence rules out anything above -margin well before the 40th query
+    assert c.decided_at is not None and c.decided_at < 40
+    assert c.cs_high < -0.01 and c.cs_low <= -0.5 <= c.cs_high
+    assert "Sequential: `mrr` decided after" in render_markdown(r) and "sequential" in r.test
+    # no difference at all: 40 queries cannot rule out a drop of 0.01 anytime-validly
+    same = compare(side(base, "row a"), side(base), opts)
+    assert same.checks[0].verdict == INCONCLUSIVE and same.checks[0].decided_at is None
+    # a metric that is not a share cannot be bounded
+    wide = table(40, mrr=[3.0] * 40)
+    with pytest.raises(GateError, match="--sequential needs per-query values in"):
+        compare(side(base, "row a"), side(wide), opts)

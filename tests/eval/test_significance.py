@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -122,3 +123,34 @@ def test_effect_text_never_prints_an_absurd_effect():
     # MLflow stores inf as the largest float: it printed as a 309-digit number
     for v in (float("inf"), float("nan"), 1.7976931348623157e308, 1.5, None):
         assert effect_text(v) == "n/a"
+
+
+def test_the_betting_confidence_sequence_is_anytime_valid_where_peeking_is_not():
+    """Simulation (seeded): 200 sequences of 200 paired differences of two Bernoulli(0.6)
+    metrics (true mean 0). The confidence sequence may be read after every query; the share
+    of sequences that ever exclude the true mean must stay within alpha (plus 3 standard
+    errors of the simulation). A fixed-n 95% t-interval read after every query from the 10th
+    on — peeking — is shown to exceed it, so the check can fail."""
+    from rag.eval.significance import betting_confidence_sequence
+
+    rng = np.random.default_rng(7)
+    reps, n, alpha = 200, 200, 0.05
+    cs_miss = peek_miss = 0
+    k = np.arange(1, n + 1)
+    for _ in range(reps):
+        d = (rng.random(n) < 0.6).astype(float) - (rng.random(n) < 0.6).astype(float)
+        cs = betting_confidence_sequence(d, alpha=alpha, grid=500)
+        cs_miss += bool(np.any((cs.lower > 0) | (cs.upper < 0)))
+        mean = np.cumsum(d) / k
+        sd = np.array([d[:i].std(ddof=1) for i in range(2, n + 1)])
+        half = 1.96 * sd / np.sqrt(k[1:])
+        peek_miss += bool(np.any(((mean[1:] - half > 0) | (mean[1:] + half < 0))[8:]))
+    bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+    assert cs_miss / reps <= bound
+    assert peek_miss / reps > bound
+    # the sequence only narrows, and holds the sample mean of a constant sequence
+    cs = betting_confidence_sequence([-0.5] * 60)
+    assert np.all(np.diff(cs.lower) >= 0) and np.all(np.diff(cs.upper) <= 0)
+    assert cs.lower[-1] <= -0.5 <= cs.upper[-1] and cs.upper[-1] < 0
+    with pytest.raises(ValueError, match="in \\[-1.0, 1.0\\]"):
+        betting_confidence_sequence([2.0])
