@@ -413,7 +413,8 @@ class SweepCallback(Callback):  # type: ignore[misc]
             rows = ledger.rows([exp_id], where=f"tags.sweep_id = '{sweep_id}'")
             suite_rows += [LedgerRow.from_mlflow(r, self._names[corpus]) for r in rows]
             summary = {"sweep_id": sweep_id, "baseline": str(config.sweep.baseline),
-                       "corpus": corpus, "rows": len(rows), **sig}
+                       "corpus": corpus, "rows": len(rows), "planned_jobs": self._planned,
+                       "incomplete": incomplete, **sig}
             if len(exps) > 1:
                 print(f" {corpus}:")
             for j in sig["jobs"]:

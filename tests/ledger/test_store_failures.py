@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 
@@ -188,6 +189,11 @@ def test_a_multirun_whose_jobs_cannot_run_exits_2_and_marks_the_sweep_incomplete
     assert runs[0].info.status == "FAILED"
     assert runs[0].data.tags["sweep_jobs_planned"] == "2"
     assert "2 job(s) failed" in runs[0].data.tags["sweep_incomplete"]
+    summary = json.loads(Path(client.download_artifacts(runs[0].info.run_id,
+                                                        "sweep_significance.json",
+                                                        str(tmp_path / "dl"))).read_text())
+    assert summary["planned_jobs"] == 2 and summary["rows"] == 0
+    assert summary["incomplete"].startswith("2 job(s) failed: job 0: ")
     outcomes = sorted((tmp_path / "multirun" / ".rag-jobs").glob("*.json"))
     assert [json.loads(f.read_text())["outcome"] for f in outcomes] == ["failed", "failed"]
 
