@@ -88,15 +88,16 @@ def _run_client(cmd: list[str], what: str) -> None:
 
 
 def _last_problem(output: str) -> str:
-    """The one line of a failed download's output that says why (its traceback and log
-    pointers dropped): a line naming an errno (``OSError: [Errno 28] No space left on
-    device``) if there is one, else the last line that is not indented, a traceback header
-    or npm's log pointer; at most 500 characters."""
+    """One line of a failed download's output that says why (its traceback and log pointers
+    dropped): the last line naming an errno (``OSError: [Errno 28] No space left on device``)
+    if there is one, else its last three lines that are not indented, a traceback header or
+    npm's log pointer, joined by ``; `` (``npm error code ENOTFOUND; npm error network request
+    failed``); at most 500 characters."""
     lines = [ln.strip() for ln in output.splitlines()
              if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback")
              and "complete log of this run" not in ln]
     errno_lines = [ln for ln in lines if "[Errno" in ln]
-    line = (errno_lines or lines or ["no output"])[-1]
+    line = errno_lines[-1] if errno_lines else "; ".join(lines[-3:]) or "no output"
     return line[:500]
 
 
