@@ -402,3 +402,61 @@ def test_a_store_that_reads_but_refuses_writes_fails_the_write_check():
     assert msg.startswith(f"cannot write experiment 'rag-x' in the ledger at {base}: ")
     assert "PERMISSION_DENIED" in msg and "\n" not in msg
     assert ("POST", "/api/2.0/mlflow/experiments/create") in seen
+
+
+@pytest.mark.slow
+def test_a_server_that_fails_after_the_row_is_created_ends_the_run_in_one_line(
+        tmp_path, fixture_repo, fixture_golden):
+    """The issue's "tracking server down": the row is created, then every request answers
+    503 — MLflow's own retries once hung the run 507 s and left chained tracebacks. Within a
+    budget of 1 retry: two attempts at logging, two at marking the row FAILED, one line."""
+    seen: list[tuple[str, str]] = []
+    run = {"info": {"run_id": "f" * 32, "run_uuid": "f" * 32, "experiment_id": "1",
+                    "status": "RUNNING", "start_time": 1, "lifecycle_stage": "active",
+                    "artifact_uri": "mlflow-artifacts:/1/" + "f" * 32 + "/artifacts",
+                    "run_name": "r"}, "data": {}}
+    answers = {"/api/2.0/mlflow/experiments/search": (200, {"experiments": []}),
+               "/api/2.0/mlflow/experiments/get-by-name": (
+                   404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "none"}),
+               "/api/2.0/mlflow/experiments/create": (200, {"experiment_id": "1"}),
+               "/api/2.0/mlflow/runs/create": (200, {"run": run})}
+
+    class Dying(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            path = self.path.split("?")[0]
+            seen.append((self.command, path))
+            status, body = answers.get(path, (503, None))
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with loopback(Dying) as base:
+        overrides = [o for o in run_overrides(tmp_path, fixture_repo, fixture_golden)
+                     if not o.startswith("tracking.uri=")]
+        proc = subprocess.run(
+            [sys.executable, "-m", "rag.run", *overrides, "search.mode=bm25",
+             f"tracking.uri={base}", "tracking.server_retries=1"],
+            capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert errors == [f"error: cannot reach the tracking server at {base}: it answered HTTP "
+                      "503 (is `mlflow server` running there?); row ffffffff left RUNNING "
+                      "(`python -m rag.report --mark-killed-after-h 0` marks it once the store "
+                      "answers)"], proc.stderr[-3000:]
+    # two calls fail, each after 2 attempts: logging the row's tags, then ending it FAILED
+    # (MLflow's set_terminated reads the run first, to print its URL: that read is refused)
+    failing = [(m, p) for m, p in seen if p not in answers]
+    assert failing == [("POST", "/api/2.0/mlflow/runs/log-batch")] * 2 + \
+        [("GET", "/api/2.0/mlflow/runs/get")] * 2
