@@ -24,7 +24,10 @@ gitleaks' minimum Shannon entropy (bits per character, :func:`shannon_entropy`) 
 literal. Differences, all deliberate:
 
 * a token's end is ``(?![\\w-])`` (gitleaks: one of ``'"`;``, whitespace, ``\\n`` or the
-  end), so a key followed by ``<``, ``)`` or ``,`` is found too;
+  end), so a key followed by ``<``, ``)`` or ``,`` is found too, and the fixed lengths of
+  the GitHub (36, ``github_pat_`` 82), GitLab (20), Google (35) and npm (36) rules are
+  lower bounds (GitHub 30, Google 30), so a token of another length — GitHub says its
+  lengths may grow — is redacted whole, never in part;
 * Slack tokens: also detect-secrets' ``SlackDetector`` pattern
   (``xox[abposr]-(\\d+-)+[a-z0-9]+``, https://github.com/Yelp/detect-secrets, 1.5.0);
 * gitleaks' allowlist of 16 public Firebase keys for ``gcp-api-key`` is not kept: a public
@@ -248,10 +251,10 @@ _SLACK = ("xoxb", "xoxp", "xoxa", "xoxo", "xoxs", "xoxr", "xoxe", "xapp")
 #: assignment rules, which never see a literal already redacted).
 TOKEN_RULES: tuple[TokenRule, ...] = (
     _token("github_token", "github-pat, github-oauth, github-app-token, github-refresh-token",
-           r"gh[pousr]_[0-9a-zA-Z]{36}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), 3.0),
-    _token("github_token", "github-fine-grained-pat", r"github_pat_\w{82}", ("github_pat_",),
-           3.0),
-    _token("gitlab_token", "gitlab-pat", r"glpat-[\w-]{20}", ("glpat-",), 3.0),
+           r"gh[pousr]_[0-9a-zA-Z]{30,251}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), 3.0),
+    _token("github_token", "github-fine-grained-pat", r"github_pat_\w{30,244}",
+           ("github_pat_",), 3.0),
+    _token("gitlab_token", "gitlab-pat", r"glpat-[\w-]{20,250}", ("glpat-",), 3.0),
     _token("slack_token", "slack-config-access-token, slack-config-refresh-token",
            r"(?i:xoxe\.xox[bp]-\d-[A-Z0-9]{163,166}|xoxe-\d-[A-Z0-9]{146})", ("xoxe",), 2.0),
     _token("slack_token", "slack-bot-token, slack-user-token, slack-legacy-bot-token, "
@@ -268,11 +271,11 @@ TOKEN_RULES: tuple[TokenRule, ...] = (
     _token("stripe_key", "stripe-access-token",
            r"\b(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}",
            ("sk_test", "sk_live", "sk_prod", "rk_test", "rk_live", "rk_prod"), 2.0),
-    _token("google_api_key", "gcp-api-key", r"\bAIza[\w-]{35}", ("aiza",), 4.0),
+    _token("google_api_key", "gcp-api-key", r"\bAIza[\w-]{30,251}", ("aiza",), 4.0),
     _token("jwt", "jwt",
            r"\bey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?",
            ("ey",), 3.0),
-    _token("npm_token", "npm-access-token", r"\b(?i:npm_[a-z0-9]{36})", ("npm_",), 2.0),
+    _token("npm_token", "npm-access-token", r"\b(?i:npm_[a-z0-9]{36,251})", ("npm_",), 2.0),
     _token("pypi_token", "pypi-upload-token", r"pypi-AgEIcHlwaS5vcmc[\w-]{50,1000}",
            ("pypi-ageichlwas5vcmc",), 3.0),
     _token("openai_key", "openai-api-key",
