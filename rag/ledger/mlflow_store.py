@@ -7,7 +7,13 @@ set, model), input dataset = the golden set (name, digest = its fingerprint), ar
 resolved config, the per-query table, the calibration JSON, the TREC run and qrels files and
 the row's figures. The run carries the evaluation's real start time and ends when the row is
 logged. Rows are only ever added; nothing here edits or deletes one, except that
-:meth:`Ledger.mark_killed` sets the status of a row left RUNNING by a killed process to KILLED.
+:meth:`Ledger.mark_killed` sets the status of a row left RUNNING by a killed process to KILLED
+and :meth:`Ledger.mark_failed` that of a row whose logging failed to FAILED.
+
+A tracking server (``http(s)://``) is reached within a retry budget on every request
+(:func:`server_retries`, :func:`server_http_env`: ``tracking.server_retries``, default
+:data:`SERVER_RETRIES`), so a server that stops answering ends a command in seconds with one
+line (:meth:`Ledger.failure`), never after MLflow's minutes of retries.
 """
 
 from __future__ import annotations
