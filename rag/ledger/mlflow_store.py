@@ -390,8 +390,9 @@ _BUDGET_SAVED: dict[str, str | None] = {}
 @contextlib.contextmanager
 def http_budget(uri: str, retries: int) -> Iterator[None]:
     """For the duration, requests to a tracking server use the budget of
-    :func:`server_http_env` (a server URI only; a variable the user set in the environment is
-    kept); urllib3's "Retrying ..." warnings are silenced (the error line says it once).
+    :func:`server_http_env` (a server URI only): ``retries`` always (rag's one setting), the
+    timeout and backoff unless the user set them in the environment; urllib3's "Retrying ..."
+    warnings are silenced (the error line says it once).
     Re-entrant and safe across threads: the first to enter sets the variables, the last to
     leave restores them."""
     if not is_server_uri(uri):
@@ -406,8 +407,11 @@ def http_budget(uri: str, retries: int) -> Iterator[None]:
             _BUDGET_SAVED.clear()
             _BUDGET_SAVED.update({k: os.environ.get(k) for k in env})
             _BUDGET_SAVED["_level"] = str(pool_log.level)
-            for k, v in env.items():
-                os.environ.setdefault(k, v)
+            for k, v in env.items():  # the retries are rag's; the user's timeout, backoff kept
+                if k == "MLFLOW_HTTP_REQUEST_MAX_RETRIES":
+                    os.environ[k] = v
+                else:
+                    os.environ.setdefault(k, v)
             pool_log.setLevel(logging.ERROR)
         _BUDGET_DEPTH[0] += 1
     try:

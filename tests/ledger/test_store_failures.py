@@ -99,6 +99,13 @@ def test_the_retry_budget_comes_from_the_environment_and_defaults_to_2(monkeypat
         server_retries(11)
     # nothing of the budget is left in the environment afterwards
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    # rag's retries win over MLflow's variable (one setting), which is restored afterwards
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
+    seen.clear()
+    with loopback(_always(502, seen)) as base:
+        with pytest.raises(LedgerError, match="answered HTTP 502"):
+            Ledger(base, retries=1)
+    assert len(seen) == 2 and os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "7"
 
 
 @pytest.mark.slow
