@@ -29,7 +29,9 @@ literal. Differences, all deliberate:
   lower bounds (GitHub 30, Google 30), so a token of another length — GitHub says its
   lengths may grow — is redacted whole, never in part;
 * Slack tokens: also detect-secrets' ``SlackDetector`` pattern
-  (``xox[abposr]-(\\d+-)+[a-z0-9]+``, https://github.com/Yelp/detect-secrets, 1.5.0);
+  (``xox[abposr]-(\\d+-)+[a-z0-9]+``, https://github.com/Yelp/detect-secrets, 1.5.0), and
+  any ``xox?-`` word of 10+ letters, digits and ``-`` holding a digit (``xoxb-your-token``
+  is prose);
 * gitleaks' allowlist of 16 public Firebase keys for ``gcp-api-key`` is not kept: a public
   key redacted costs nothing;
 * ``generic-api-key`` is narrowed: the assigned name must *end* in a credential word
@@ -261,7 +263,8 @@ TOKEN_RULES: tuple[TokenRule, ...] = (
            "slack-legacy-token, slack-legacy-workspace-token; detect-secrets SlackDetector",
            r"xoxb-[0-9]{10,13}-[0-9]{10,13}[a-zA-Z0-9-]*|xoxb-[0-9]{8,14}-[a-zA-Z0-9]{18,26}"
            r"|xox[pe](?:-[0-9]{10,13}){3}-[a-zA-Z0-9-]{28,34}|xox[os]-\d+-\d+-\d+-[a-fA-F\d]+"
-           r"|xox[ar]-(?:\d-)?[0-9a-zA-Z]{8,48}|(?i:xox[abposr]-(?:\d+-)+[a-z0-9]+)",
+           r"|xox[ar]-(?:\d-)?[0-9a-zA-Z]{8,48}|(?i:xox[abposr]-(?:\d+-)+[a-z0-9]+)"
+           r"|xox[abposre]-(?=[A-Za-z0-9-]*\d)[A-Za-z0-9-]{10,}",  # any other with a digit
            _SLACK, 2.0),
     _token("slack_token", "slack-app-token", r"(?i:xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+)",
            ("xapp",), 2.0),

@@ -116,14 +116,15 @@ def test_each_format_is_redacted_in_code_docs_and_config(fmt: str, rel: str):
 
 
 def test_tokens_of_other_lengths_are_redacted_whole():
-    """GitHub says its token lengths may grow, and fakes come in any length: a prefix with
-    30+ characters is redacted whole (a 36-character pattern would leave a 78-character
+    """GitHub says its token lengths may grow, and fakes come in any length or shape: a
+    prefix with 30+ characters (a Slack prefix with 10+ holding a digit) is redacted whole (a 36-character pattern would leave a 78-character
     github_pat_ untouched, or a 40-character ghp_ with its tail showing)."""
     r = random.Random(3)
     long_ghp = "gh" + "p_" + "".join(r.choice(_ALNUM) for _ in range(40))
     short_pat = "github" + "_pat_" + "".join(r.choice(_ALNUM + "_") for _ in range(67))
     key = "AI" + "za" + "".join(r.choice(_ALNUM) for _ in range(37))
-    for value in (long_ghp, short_pat, key):
+    slack = "xo" + "xb-" + "fake-token-" + "".join(r.choice(string.digits) for _ in range(6))
+    for value in (long_ghp, short_pat, key, slack):
         red, found = redact_secrets(f"Set `{value}` first.\n")
         assert red.count("[REDACTED:") == 1 and value[6:] not in red and sum(found.values()) == 1
 
