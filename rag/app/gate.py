@@ -64,11 +64,10 @@ EXIT_INCONCLUSIVE = int(ExitCode.INCONCLUSIVE)
 
 # which direction is better and which per-query column a row metric is the mean of are
 # declared once, in rag/eval/measures/
-# verdicts of one check
-REGRESSION, IMPROVEMENT = "regression", "improvement"
-DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"
-WITHIN_MARGIN = "within_margin"
-INCONCLUSIVE = "inconclusive"
+# verdicts of one check: one rule for the gate and the sweep tables (rag/eval/significance.py)
+from rag.eval.significance import (DROP_NOT_SIGNIFICANT, IMPROVEMENT,  # noqa: E402
+                                   INCONCLUSIVE, REGRESSION, RISE_NOT_SIGNIFICANT,
+                                   WITHIN_MARGIN, DEFAULT_MARGIN, three_valued_verdict)
 
 
 class GateError(ValueError):
@@ -107,7 +106,7 @@ class GateOptions:
     """
 
     metrics: tuple[str, ...] = flagged("gated")
-    margin: float = 0.01
+    margin: float = DEFAULT_MARGIN
     margins: tuple[tuple[str, float], ...] = ()
     alpha: float = 0.05
     per_tag: bool = False
@@ -595,29 +594,21 @@ def judge(checks: list[Check], options: GateOptions) -> list[Check]:
             out.append(replace(c, p_holm=p_holm, verdict=verdict))
             continue
         gain = -c.delta if c.lower_is_better else c.delta
-        significant = p_holm is None or p_holm < options.alpha  # margin only: the margin decides
-        if gain < -c.margin - 1e-12:
-            verdict = REGRESSION if significant else DROP_NOT_SIGNIFICANT
-        elif gain > c.margin + 1e-12:
-            verdict = IMPROVEMENT if significant else RISE_NOT_SIGNIFICANT
-        else:
-            verdict = WITHIN_MARGIN
+        superiority = c.mode == "superiority"
+        # margin only (no paired test): the margin decides, no CI
+        verdict = three_valued_verdict(
+            c.delta, margin=c.margin, p_holm=p_holm, alpha=options.alpha,
+            ci_low=c.ci_low if c.paired else None, ci_high=c.ci_high if c.paired else None,
+            lower_is_better=c.lower_is_better, superiority=superiority)
         needed = None
         half = ((c.ci_high - c.ci_low) / 2 if c.ci_low is not None and c.ci_high is not None
                 else None)
-        if c.mode == "superiority" and verdict not in (REGRESSION, IMPROVEMENT):
-            # not shown better by more than the margin: more queries decide it only when the
-            # observed gain is past the margin
-            verdict = INCONCLUSIVE
-            if c.paired and half is not None:
-                needed = queries_needed(c.n, gain, -c.margin, half) \
-                    if gain > c.margin + 1e-12 else None
-        elif c.paired and verdict != REGRESSION and half is not None:
-            # the CI of the gain: can a move beyond the margin, the wrong way, be ruled out?
-            low = -c.ci_high if c.lower_is_better else c.ci_low
-            if low < -c.margin - 1e-12 and verdict != IMPROVEMENT:
-                verdict = INCONCLUSIVE
-                needed = queries_needed(c.n, gain, c.margin, half)
+        if verdict == INCONCLUSIVE and c.paired and half is not None:
+            # superiority: more queries decide it only when the observed gain is past the
+            # margin; non-inferiority: when the CI's reach past -margin would shrink away
+            needed = ((queries_needed(c.n, gain, -c.margin, half)
+                       if gain > c.margin + 1e-12 else None) if superiority
+                      else queries_needed(c.n, gain, c.margin, half))
         out.append(replace(c, p_holm=p_holm, verdict=verdict, queries_needed=needed))
     return out
 

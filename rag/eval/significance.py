@@ -295,3 +295,44 @@ def betting_confidence_sequence(x: Sequence[float], *, alpha: float = ALPHA, lo:
     scale = hi - lo
     return ConfidenceSequence(lower=lo + np.clip(lower, 0, 1) * scale,
                               upper=lo + np.clip(upper, 0, 1) * scale, alpha=alpha)
+
+
+#: the allowed move the wrong way, absolute in the metric's units (``rag gate --margin``'s
+#: default, and the margin of the sweep tables' verdict column)
+DEFAULT_MARGIN = 0.01
+
+# the verdicts of one gated comparison (rag gate's checks, the sweep tables' verdict column)
+REGRESSION, IMPROVEMENT = "regression", "improvement"
+DROP_NOT_SIGNIFICANT, RISE_NOT_SIGNIFICANT = "drop_not_significant", "rise_not_significant"
+WITHIN_MARGIN, INCONCLUSIVE = "within_margin", "inconclusive"
+
+
+def three_valued_verdict(delta: float, *, margin: float, p_holm: float | None,
+                         ci_low: float | None = None, ci_high: float | None = None,
+                         alpha: float = ALPHA, lower_is_better: bool = False,
+                         superiority: bool = False) -> str:
+    """The verdict of one comparison (``rag gate``'s rule, docs/cli.md), with ``gain`` =
+    ``delta`` (``-delta`` when lower is better):
+
+    * regression: gain < -margin and p (Holm) < alpha (or no test: the margin alone);
+    * improvement: gain > margin and p (Holm) < alpha;
+    * non-inferiority (default): a check that is no regression but whose 95% CI of the gain
+      reaches below -margin is inconclusive; otherwise drop_not_significant /
+      rise_not_significant / within_margin by the point estimate;
+    * superiority: anything but a regression or an improvement is inconclusive.
+    """
+    gain = -delta if lower_is_better else delta
+    significant = p_holm is None or p_holm < alpha
+    if gain < -margin - 1e-12:
+        verdict = REGRESSION if significant else DROP_NOT_SIGNIFICANT
+    elif gain > margin + 1e-12:
+        verdict = IMPROVEMENT if significant else RISE_NOT_SIGNIFICANT
+    else:
+        verdict = WITHIN_MARGIN
+    if superiority:
+        return verdict if verdict in (REGRESSION, IMPROVEMENT) else INCONCLUSIVE
+    if verdict not in (REGRESSION, IMPROVEMENT) and ci_low is not None and ci_high is not None:
+        low = -ci_high if lower_is_better else ci_low
+        if low < -margin - 1e-12:
+            return INCONCLUSIVE
+    return verdict

@@ -233,6 +233,33 @@ def _sig_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
     return f"{delta:+.3f} (p {shown}{mark})"
 
 
+#: the sweep tables' verdict column, in words (rag gate's verdicts, rag/eval/significance.py)
+VERDICT_WORDS = {"regression": "**regression**", "improvement": "improvement",
+                 "inconclusive": "inconclusive", "drop_not_significant": "pass",
+                 "rise_not_significant": "pass", "within_margin": "pass"}
+
+
+def _verdict_cell(row: LedgerRow, metric: str, holm_p: dict[str, float]) -> str:
+    """The job's three-valued verdict on ``metric`` against the sweep baseline — ``rag
+    gate``'s rule (non-inferiority, margin :data:`rag.eval.significance.DEFAULT_MARGIN`, Holm
+    p across the sweep's jobs, the paired-bootstrap 95% CI): pass, regression, improvement or
+    inconclusive; ``—`` without a paired comparison."""
+    from rag.eval.significance import DEFAULT_MARGIN, three_valued_verdict
+    from rag.ledger.metric_groups import baseline_values
+
+    from rag.ledger.sweep import baseline_mismatch
+
+    sig = baseline_values(row.metrics)
+    delta = sig.get(f"{metric}_delta")
+    if delta is None:
+        return ("baseline" if row.tags.get("is_baseline") == "true"
+                and baseline_mismatch(row.tags, row.params) is None else "—")
+    p = holm_p.get(f"{metric}_p_holm", sig.get(f"{metric}_p"))
+    return VERDICT_WORDS[three_valued_verdict(
+        delta, margin=DEFAULT_MARGIN, p_holm=p, ci_low=sig.get(f"{metric}_ci_low"),
+        ci_high=sig.get(f"{metric}_ci_high"))]
+
+
 def render_sweep(name: str, rows: list[LedgerRow],
                  parents: dict[str, str] | None = None,
                  figures: dict[str, dict[str, str]] | None = None,
@@ -270,14 +297,16 @@ def render_sweep(name: str, rows: list[LedgerRow],
                    " (no baseline row)" if srows[0].tags.get("sweep_baseline") else "")
                 + f"; {len(srows)} rows. Deltas are job minus baseline on the same positives; "
                 "p is a two-sided paired randomization test (10,000 sign flips), Holm-corrected "
-                "across this sweep's jobs; * marks p < 0.05.", ""]
+                "across this sweep's jobs; * marks p < 0.05. The verdict is `rag gate`'s on "
+                "MRR (margin 0.01): a regression is a significant drop beyond the margin, "
+                "inconclusive a 95% CI that reaches past it, pass anything else.", ""]
         if incomplete:
             out += [f"**Incomplete sweep:** {incomplete}.", ""]
         for r in wrong:
             out += [f"**Not the baseline:** row `{r.run_id[:8]}` is tagged as the baseline but "
                     f"{baseline_mismatch(r.tags, r.params)}; nothing is compared with it.", ""]
-        head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "ΔRecall@8",
-                "Δanswer support"]
+        head = ["job", *[c[0] for c in COLUMNS], "answer support", "ΔMRR", "verdict (MRR)",
+                "ΔRecall@8", "Δanswer support"]
         names = {"context_chars_mean": "context chars", "context_tokens_mean": "context tokens",
                  "filter_false_negative_rate": "filter false negatives",
                  # dense.index=hnsw|ivf rows (the ann sweep): ANN top-10 against exact's
@@ -298,7 +327,8 @@ def render_sweep(name: str, rows: list[LedgerRow],
             cells = [f"`{r.run_id[:8]}` {cell(r.tags.get('sweep_job', r.run_name))}",
                      *[_cell(r, kind, key) for _, kind, key in COLUMNS],
                      fmt(r.metrics.get("answer_support_rate")),
-                     _sig_cell(r, "mrr", h), _sig_cell(r, "recall_at_8", h),
+                     _sig_cell(r, "mrr", h), _verdict_cell(r, "mrr", h),
+                     _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
                      *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall", "_recall_at_10"))
                         else f"{r.metrics[c]:.1f}" if c.endswith("_s") else f"{r.metrics[c]:.0f}")

@@ -174,3 +174,23 @@ def test_a_sweep_names_its_own_columns():
     plain = render_ledger([_row("c" * 32, 1, sweep="routing", job="search.mode=bm25",
                                 baseline=True, **{"index/embed_s": 1.0})], source="s")
     assert "embed s" not in plain
+
+
+def test_the_sweep_verdict_column_is_the_gates_rule():
+    from rag.ledger.report import LedgerRow, _verdict_cell
+
+    def job(delta, p, lo, hi):
+        return LedgerRow(run_id="r", experiment="rag-x", run_name="j", start_time_ms=0,
+                         metrics={"vs_baseline/mrr_delta": delta, "vs_baseline/mrr_p": p,
+                                  "vs_baseline/mrr_ci_low": lo, "vs_baseline/mrr_ci_high": hi})
+
+    # margin 0.01: a significant drop past it; a CI reaching past it; a narrow CI inside it;
+    # a significant rise past it (Holm p from the sweep's table wins over the row's own p)
+    assert _verdict_cell(job(-0.05, 0.001, -0.08, -0.02), "mrr", {}) == "**regression**"
+    assert _verdict_cell(job(-0.05, 0.001, -0.08, -0.02), "mrr",
+                         {"mrr_p_holm": 0.2}) == "inconclusive"
+    assert _verdict_cell(job(0.0, 1.0, -0.04, 0.04), "mrr", {}) == "inconclusive"
+    assert _verdict_cell(job(0.0, 1.0, -0.005, 0.005), "mrr", {}) == "pass"
+    assert _verdict_cell(job(0.05, 0.001, 0.02, 0.08), "mrr", {}) == "improvement"
+    assert _verdict_cell(LedgerRow(run_id="b", experiment="rag-x", run_name="b",
+                                   start_time_ms=0), "mrr", {}) == "—"
