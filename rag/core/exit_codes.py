@@ -7,8 +7,9 @@ code   name             meaning
 =====  ===============  ====================================================================
 0      ``OK``           done (a check found nothing wrong)
 1      ``FINDINGS``     it ran, and what it checks for was found: a regression (a gate),
-                        labels that no longer resolve (``rag golden check``); also an
-                        unexpected internal error (a bug: Python prints its traceback)
+                        labels that no longer resolve (``rag golden check``), a damaged
+                        build (``rag index --verify``); also an unexpected internal error
+                        (a bug: Python prints its traceback)
 2      ``ERROR``        it could not run: a bad command line or option, an unknown config key
                         or a bad value, a bad or missing input (corpus, labels, export file,
                         calibration), a ledger store that cannot be opened; one ``error:``
