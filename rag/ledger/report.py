@@ -74,8 +74,15 @@ def fmt(value: Any, key: str = "") -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "—"
+        if not math.isfinite(value) or abs(value) >= ABSURD:
+            return "n/a"  # MLflow stores infinity as ±1.8e308: never 309 digits in a cell
         return f"{value:.1f}" if key.endswith("_ms") else f"{value:.3f}"
     return str(value)
+
+
+#: a metric at or beyond this magnitude is MLflow's stand-in for infinity (±1.797e308), or no
+#: measurement a report could show: printed as n/a
+ABSURD = 1e300
 
 
 def abstention_cell(row: LedgerRow) -> str:

@@ -194,3 +194,23 @@ def test_the_sweep_verdict_column_is_the_gates_rule():
     assert _verdict_cell(job(0.05, 0.001, 0.02, 0.08), "mrr", {}) == "improvement"
     assert _verdict_cell(LedgerRow(run_id="b", experiment="rag-x", run_name="b",
                                    start_time_ms=0), "mrr", {}) == "—"
+
+
+def test_no_report_cell_prints_a_non_finite_or_absurd_number():
+    """MLflow stores an infinite metric as ±1.797e308; a report must never print it as a
+    309-digit number, nor inf or nan."""
+    import re
+    import sys
+
+    from rag.ledger.report import LedgerRow, fmt, render_ledger
+
+    assert fmt(sys.float_info.max) == fmt(float("inf")) == fmt(-1.7976931348623157e308) == "n/a"
+    assert fmt(float("nan")) == "—" and fmt(0.1234) == "0.123" and fmt(12.34, "x_ms") == "12.3"
+    odd = LedgerRow(run_id="a" * 32, experiment="rag-shop", run_name="odd", start_time_ms=0,
+                    params={"search.mode": "bm25"},
+                    metrics={"mrr": float("inf"), "recall_at_8": sys.float_info.max,
+                             "latency_p50_ms": -sys.float_info.max, "false_weak_rate": 0.5},
+                    tags={"corpus": "shop"})
+    text = render_ledger([odd], source="sqlite:///x")
+    assert "odd" in text and "0.500" in text
+    assert not re.search(r"\d{20,}", text) and not re.search(r"\b(inf|nan)\b", text, re.I)
