@@ -195,6 +195,17 @@ def test_the_watcher_polls_and_wakes(tmp_path, compose, fixture_repo, fixture_go
         assert client.post("/search", json=QUERY).json()["index"]["build_id"] == second.name
     finally:
         holder.stop()
+    app, client = _app(tmp_path, compose, fixture_repo, fixture_golden)
+    holder = app.state.holder
+    holder.start(0.05)  # polling, no signal
+    try:
+        third = publish_generation(root, 3)
+        deadline = time.monotonic() + 60
+        while holder.current.build_id != third.name and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.post("/search", json=QUERY).json()["index"]["build_id"] == third.name
+    finally:
+        holder.stop()
 
 
 def test_reload_seconds_are_validated():
