@@ -158,8 +158,8 @@ _GENERIC = re.compile(
     r"[\"'\]]{0,2}"                                   # a key's closing quote / bracket
     r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.\[\], |]{0,40}?(?=[ \t]*=))?"  # password: str = ...
     r"[ \t]*(?P<op>:=|=>|\|\|=|\?\?=|=(?![=~>])|:(?![:=]))(?P<ws>[ \t]*)"
-    r"(?:[rRbBuUfF]{0,2}(?P<q>[\"'`])(?P<s>[^\"'`\s\\]{1,200})(?P=q)"
-    r"|(?P<u>[^\s\"'`,;:#(){}\[\]<>$%|&*!?][^\s\"'`,;:(){}\[\]<>|]{0,199})"
+    r"(?:[rRbBuUfF]{0,2}(?P<q>[\"'`])(?P<s>[^\"'`\s\\]{1,1000})(?P=q)"
+    r"|(?P<u>[^\s\"'`,;:#(){}\[\]<>$%|&*!?][^\s\"'`,;:(){}\[\]<>|]{0,999})"
     r"(?=[ \t]*[,;]?(?:[ \t]+(?:#|//).*)?[ \t]*$))",
     re.M)
 _CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")          # an environment variable's name
@@ -180,8 +180,8 @@ _FILE_LIKE = re.compile(
     r"|\.(?:pem|key|crt|cer|der|p12|pfx|jks|pub|json|ya?ml|toml|ini|cfg|conf|txt|env|gpg"
     r"|asc|html?|md|py|js|ts)$", re.I)
 
-#: the least length, entropy (bits per character) and letters-only length of a generic
-#: literal, by kind (see the module docstring)
+#: the least length and Shannon entropy (bits per character) of a generic literal, by kind
+#: (see the module docstring and :func:`generic_value_is_secret`)
 GENERIC_BARS = {"generic_secret": {"min_len": 10, "min_entropy": 3.5},
                 "password": {"min_len": 6, "min_entropy": 2.0}}
 
