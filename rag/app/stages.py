@@ -153,6 +153,9 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     from rag.index.tokenize import TOKENIZER_VERSION
 
     corpus = {k: v for k, v in _plain(cfg.corpus).items() if k not in ("name", "golden_dir")}
+    if corpus.get("path"):  # a directory wins: the sdist / npm it leaves set name nothing indexed
+        corpus.pop("sdist", None)  # (so `rag index --path X`, which clears them, and
+        corpus.pop("npm", None)  # `rag serve corpus.path=X` record one build's settings)
     bm25 = _plain(cfg.bm25)
     out = {"corpus": corpus, "bm25_tokenizer": bm25.get("tokenizer"),
            "bm25_idf": bm25.get("idf"), "bm25_path_field": bm25.get("path_field"),

@@ -208,6 +208,18 @@ def test_the_watcher_polls_and_wakes(tmp_path, compose, fixture_repo, fixture_go
         holder.stop()
 
 
+def test_a_directory_corpus_records_the_same_settings_however_it_is_named(compose, tmp_path):
+    """``rag index --path X`` clears corpus.sdist; ``rag serve corpus.path=X`` leaves the
+    default: both build the same index, so neither may refuse the other's build."""
+    from rag.app.stages import index_settings
+
+    by_path = index_settings(compose([f"corpus.path={tmp_path}", "corpus.sdist=null"]))
+    by_override = index_settings(compose([f"corpus.path={tmp_path}"]))
+    assert by_path == by_override and "sdist" not in by_path["corpus"]
+    assert versioned.settings_changes({"settings": by_path}, by_override) == []
+    assert index_settings(compose([]))["corpus"]["sdist"] == "flask==3.1.3"
+
+
 def test_reload_seconds_are_validated():
     from rag.app.serve.index_holder import DEFAULT_RELOAD_S, resolve_reload_s
 
