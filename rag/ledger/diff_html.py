@@ -224,7 +224,14 @@ def render_html(summary: Mapping[str, Any], inputs: PageInputs, *, top: int = DE
         f"{e(s)} = {e(h)}" for s, h in STAGE_HELP.items()) + "</p>")
     shown = _order(summary)
     if max_queries is not None:
+        if len(shown) > max_queries:
+            parts.append(f'<p class="muted">the {max_queries} of {len(shown)} queries that '
+                         "changed most are shown</p>")
         shown = shown[:max_queries]
+    if not shown:
+        parts.append('<p id="none">No shared positive query '
+                     + ("changed its rank, stage or answer." if summary.get("changed_only")
+                        else "to show.") + "</p>")
     for d in shown:
         qid = str(d["query_id"])
         text = inputs.queries.get(qid, "")

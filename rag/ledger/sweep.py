@@ -337,13 +337,54 @@ SUMMARY_MD = "sweep_summary.md"
 SUMMARY_CSV = "sweep_summary.csv"
 
 
+#: the side-by-side pages a sweep's parent carries: the queries that changed most, top hits
+DIFF_PAGE_QUERIES, DIFF_PAGE_HITS, DIFF_PAGE_LINES = 50, 5, 12
+
+
+def diff_page_name(job: str) -> str:
+    """``diff/<job>.html`` with the job's overrides made a file name (``search.mode=bm25``
+    -> ``diff/search.mode=bm25.html``; anything but letters, digits and ``.=,_-`` is ``_``)."""
+    import re
+
+    return "diff/" + (re.sub(r"[^A-Za-z0-9.=,_-]+", "_", job).strip("_")[:120] or "job") + ".html"
+
+
+def log_diff_pages(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]:
+    """Log on the parent, for every job compared with its baseline (tag ``baseline_run_id``),
+    the side-by-side page of ``rag diff BASELINE JOB --html`` (:mod:`rag.ledger.diff_html`),
+    limited to the :data:`DIFF_PAGE_QUERIES` queries that changed most, their top
+    :data:`DIFF_PAGE_HITS` hits and :data:`DIFF_PAGE_LINES` lines each. A job whose page cannot
+    be made (no per-query table, no shared query) is skipped. Returns the names logged."""
+    from rag.ledger.diff import DiffError, compare_rows
+    from rag.ledger.diff_html import DiffPageError, page_inputs, render_html
+    from rag.ledger.mlflow_store import LedgerError
+
+    logged = []
+    for r in rows:
+        base = r.tags.get("baseline_run_id")
+        if not base or base == r.run_id:
+            continue
+        try:
+            summary = compare_rows(ledger, base, r.run_id, changed_only=True)
+            page = render_html(summary, page_inputs(ledger, base, r.run_id),
+                               top=DIFF_PAGE_HITS, max_lines=DIFF_PAGE_LINES,
+                               max_queries=DIFF_PAGE_QUERIES)
+        except (LookupError, LedgerError, DiffError, DiffPageError):
+            continue
+        name = diff_page_name(r.tags.get("sweep_job") or r.run_name or r.run_id)
+        ledger.client.log_text(parent_id, page, name)
+        logged.append(name)
+    return logged
+
+
 def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any], *,
                       incomplete: str | None = None) -> list[str]:
     """Log on a sweep's parent run its summary table — :data:`SUMMARY_MD` (the report's
     section for this sweep id, figures linked) and :data:`SUMMARY_CSV`
     (:func:`rag.ledger.report.sweep_table`, one line per row) — and its figures
-    (:func:`rag.ledger.figures.sweep_figures`: ``figures/pareto.png``, ...). Returns the
-    artifact names logged.
+    (:func:`rag.ledger.figures.sweep_figures`: ``figures/pareto.png``, ...) and each job's
+    side-by-side page against its baseline (:func:`log_diff_pages`). Returns the artifact
+    names logged.
 
     Args:
         rows: the sweep id's finished rows (:class:`rag.ledger.report.LedgerRow`), read after
@@ -381,6 +422,7 @@ def log_sweep_summary(ledger: Any, parent_id: str, rows: list[Any], *,
         ledger.client.log_text(parent_id, md, SUMMARY_MD)
         ledger.client.log_text(parent_id, sweep_table(rows).to_csv(index=False), SUMMARY_CSV)
         logged += [SUMMARY_MD, SUMMARY_CSV]
+        logged += log_diff_pages(ledger, parent_id, rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return logged

@@ -91,9 +91,12 @@ def test_the_page_lists_the_most_changed_query_first_with_both_rankings(tmp_path
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "default-src 'none'" in page and not re.search(r"(src|href)=\"https?:", page)
     assert "note one" in page and "the corpus is here" in page and 'id="paired"' in page
-    # at most N queries
-    assert render_html(summary_of(("q2", 1, 1), ("q1", 1, None)), inputs_for(tmp_path),
-                       max_queries=1).count('<section class="query') == 1
+    # at most N queries, saying so; none: said
+    few = render_html(summary_of(("q2", 1, 1), ("q1", 1, None)), inputs_for(tmp_path),
+                      max_queries=1)
+    assert few.count('<section class="query') == 1 and "the 1 of 2 queries" in few
+    empty = render_html({**summary_of(), "changed_only": True}, inputs_for(tmp_path))
+    assert "No shared positive query changed its rank, stage or answer." in empty
 
 
 @pytest.mark.skipif(chromium_binary() is None,

@@ -112,6 +112,15 @@ def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
             "figures"} <= names, names
     assert {a.path for a in client.list_artifacts(parent_id, "figures")} == {
         "figures/pareto.png", "figures/rank_vs_baseline.png", "figures/delta_mrr.png"}
+    # and each job's side-by-side page against the baseline (rag diff --html), self-contained
+    jobs = {t["sweep_job"] for _, t in rows if t["is_baseline"] == "false"}
+    assert {a.path for a in client.list_artifacts(parent_id, "diff")} == {
+        f"diff/{j}.html" for j in jobs}
+    page = Path(client.download_artifacts(parent_id, f"diff/{sorted(jobs)[0]}.html",
+                                          str(tmp_path / "dl"))).read_text()
+    # every fixture query ties (the routes rank alike here): the page says nothing changed
+    assert page.startswith("<!doctype html>") and f"A = row {base_id[:8]}" in page
+    assert 'id="none"' in page or '<section class="query' in page
     import pandas as pd
 
     summary = pd.read_csv(client.download_artifacts(parent_id, "sweep_summary.csv",
