@@ -309,7 +309,7 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
     builds = root_dir / "builds"
     build_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     tmp = builds / f".{build_id}.{os.getpid()}.tmp"
-    where = builds
+    where, moved = builds, False
     try:
         builds.mkdir(parents=True, exist_ok=True)
         _remove_dead_temporaries(builds)
@@ -323,6 +323,7 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
         with _publish_lock(root_dir):
             # renamed under the lock: no other publish's clean-up sees it before it is current
             os.replace(tmp, builds / build_id)
+            moved = True
             previous = _current_build_name(root_dir)
             link_tmp = root_dir / f".current.{uuid.uuid4().hex[:6]}.tmp"
             try:
@@ -332,13 +333,18 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
                 if os.path.lexists(link_tmp):
                     link_tmp.unlink()
             protected = {build_id, previous, _current_build_name(root_dir)}
-            own = _own_builds(builds)
-            for p in own[:max(len(own) - max(keep, 1), 0)]:
-                if p.name not in protected:
-                    _remove_build(p)
+            try:  # published now: a clean-up that fails leaves old builds, nothing else
+                own = _own_builds(builds)
+                for p in own[:max(len(own) - max(keep, 1), 0)]:
+                    if p.name not in protected:
+                        _remove_build(p)
+            except OSError:
+                pass
     except BaseException as exc:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
+        if moved and _current_build_name(root_dir) != build_id:  # moved, never made current
+            shutil.rmtree(builds / build_id, ignore_errors=True)
         if isinstance(exc, OSError):
             path = Path(str(getattr(exc, "filename", None) or where))
             if path == tmp or tmp in path.parents:  # removed now: name the folder and the file
