@@ -7,8 +7,8 @@ Drills (``--only NAME`` runs some):
 
 * ``tracking-503``: a routing sweep against a tracking server that answers 503 to everything
   must fail before its first job with one ``error:`` line and no write (exit 2).
-* ``tracking-503-recovers``: a sweep against a real ``mlflow server`` behind a proxy that
-  answers 503 to the first requests: the command fails with one line, or every row and the
+* ``tracking-503-recovers``: the routing sweep against a real ``mlflow server`` behind a
+  proxy that answers 503 to the first requests: the command fails with one line, or every row and the
   parent are logged correctly (exactly one baseline, with the baseline's values, every other
   row compared with it) — never exit 0 with a mislabelled baseline.
 * ``damaged-build``: ``rag index``, then ``embeddings.npy`` truncated and ``chunks.json``
@@ -208,9 +208,8 @@ def drill_tracking_503_recovers(work: Path) -> Result:
                 time.sleep(0.5)
         seen: list[str] = []
         with _http_server(_proxy(upstream, fail_first=2, seen=seen)) as base:
-            proc = _run(["-m", "rag.run", "-m", "sweep.name=drill",
-                         "sweep.baseline='search.top_k=3'", "search.mode=bm25",
-                         "search.top_k=3,5", *_run_overrides(work), f"tracking.uri={base}"])
+            proc = _run(["-m", "rag.run", "+sweep=routing", *_run_overrides(work),
+                         f"tracking.uri={base}"])
             if proc.returncode != 0:
                 lines = _lines(proc.stderr)
                 ok = (len(lines) == 1 and lines[0].startswith("error: ")
@@ -232,10 +231,10 @@ def drill_tracking_503_recovers(work: Path) -> Result:
     problems = []
     if len(parents) != 1 or parents[0].info.status != "FINISHED":
         problems.append(f"{len(parents)} parent run(s), {[p.info.status for p in parents]}")
-    if len(rows) != 2 or any(r.info.status != "FINISHED" for r in rows):
+    if len(rows) != 4 or any(r.info.status != "FINISHED" for r in rows):
         problems.append(f"{len(rows)} rows")
-    if len(base_rows) != 1 or base_rows[0].data.params.get("search.top_k") != "3":
-        problems.append("the baseline is not exactly the search.top_k=3 row")
+    if len(base_rows) != 1 or base_rows[0].data.params.get("search.mode") != "dense":
+        problems.append("the baseline is not exactly the search.mode=dense row")
     elif any(r.data.tags.get("baseline_run_id") != base_rows[0].info.run_id
              for r in rows if r is not base_rows[0]):
         problems.append("a row is not compared with the baseline")
