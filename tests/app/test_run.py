@@ -70,9 +70,22 @@ def test_run_logs_one_row_with_artifacts_and_report(tmp_path, fixture_repo, fixt
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
     # run file and qrels named .txt: the MLflow UI previews them
     assert names == ["calibration.json", "config.yaml", "figures", "per_query.csv",
-                     "qrels.txt", "run.chunks.jsonl", "run.chunks.trec.txt", "run.trec.txt"]
+                     "qrels.txt", "run.chunks.jsonl", "run.chunks.trec.txt", "run.trec.txt",
+                     "token_budget.csv"]
     figures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "figures"))
-    assert figures == ["figures/risk_coverage.png", "figures/score_histograms.png"]
+    assert figures == ["figures/risk_coverage.png", "figures/score_histograms.png",
+                       "figures/token_budget.png"]
+    # the token-budget curve: one line per budget, recall never falling as the budget grows,
+    # and its 2,048-token point the row's own metric
+    import csv
+
+    curve = list(csv.DictReader(open(client.download_artifacts(
+        run.info.run_id, "token_budget.csv", str(tmp_path)))))
+    assert [int(c["budget"]) for c in curve] == [2 ** k for k in range(7, 15)]
+    recall = [float(c["recall"]) for c in curve]
+    assert recall == sorted(recall)
+    at_2k = next(float(c["recall"]) for c in curve if c["budget"] == "2048")
+    assert at_2k == pytest.approx(run.data.metrics["token_recall_at_2048"], abs=1e-6)
     for name in figures:
         png = Path(client.download_artifacts(run.info.run_id, name, str(tmp_path)))
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
