@@ -47,7 +47,9 @@ from rag.corpus.walk import Document
 #    are chunks (rag/corpus/languages.py); Python, Markdown, reST and windows as in 3
 # 5: Scala (.scala, .sc) and shell (.sh, .bash) by symbol, which were windows; everything
 #    else as in 4
-CHUNKER_VERSION = "5"
+# 6: Elixir (.ex, .exs) by symbol (defmodule / defimpl / defprotocol, def / defp / defmacro /
+#    defdelegate ...), which were windows; everything else as in 5
+CHUNKER_VERSION = "6"
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).

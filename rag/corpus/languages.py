@@ -150,6 +150,11 @@ class LanguageSpec:
         recover: a regex matching a top-level declaration line (at column 0) whose ``cls`` or
             ``fn`` group says the kind and ``name`` group the name: the declarations a tree
             with errors lost are looked for with it (see :func:`outline`).
+        call_kinds: for grammars whose declarations are calls (Elixir's ``defmodule``,
+            ``def``): the callee's name -> ``class`` or ``function``. A node of a type in
+            ``call_types`` whose ``target`` is such a name is that kind of symbol, named by
+            its first argument (an alias ``A.B``, a call ``f(x)``, ``f(x) when ...``, or a
+            bare name), its members the ``body_types`` child (``do_block``).
     """
 
     name: str
@@ -173,6 +178,8 @@ class LanguageSpec:
     doc_comment: str | None = None
     local_classes: frozenset[str] = frozenset()
     recover: str | None = None
+    call_kinds: Mapping[str, str] = field(default_factory=dict)
+    call_types: frozenset[str] = frozenset()
 
 
 #: the symbol of a file's remaining top-level code (imports, constants, module statements)
@@ -360,6 +367,20 @@ BASH = LanguageSpec(
     doc_comment=r"#(?!!|\s*shellcheck)",
 )
 
+ELIXIR = LanguageSpec(
+    name="elixir", grammar="elixir",
+    # every declaration is a call: `defmodule A.B do ... end`, `def f(x), do: ...`
+    functions=frozenset(), containers=frozenset(),
+    call_types=_types("call"),
+    call_kinds={**dict.fromkeys(("defmodule", "defprotocol", "defimpl"), "class"),
+                **dict.fromkeys(("def", "defp", "defmacro", "defmacrop", "defguard",
+                                 "defguardp", "defdelegate", "defn", "defnp"), "function")},
+    body_types=_types("do_block"),
+    # comments and module attributes (@doc, @spec, @impl) directly above a definition
+    leading=_types("comment", "unary_operator"),
+    doc_comment=r"@(?:doc|spec|impl|typedoc)\b",
+)
+
 #: File suffix (lower case) -> its language. Python is not here: it stays on ``ast``.
 LANGUAGES: Mapping[str, LanguageSpec] = {
     **dict.fromkeys((".ts", ".mts", ".cts"), TYPESCRIPT),
@@ -377,6 +398,7 @@ LANGUAGES: Mapping[str, LanguageSpec] = {
     ".swift": SWIFT,
     ".scala": SCALA, ".sc": SCALA,
     ".sh": BASH, ".bash": BASH,
+    ".ex": ELIXIR, ".exs": ELIXIR,
 }
 
 _PYTHON_SUFFIXES = (".py", ".pyi")
@@ -558,8 +580,35 @@ class _Walker:
             stack.extend(reversed(n.named_children))
         return []
 
+    def call_kind(self, node) -> str | None:
+        """``class`` / ``function`` for a declaration that is a call (:attr:`LanguageSpec.
+        call_kinds`), else None."""
+        if node.type not in self.spec.call_types:
+            return None
+        target = node.child_by_field_name("target")
+        if target is None or target.type != "identifier":
+            return None
+        return self.spec.call_kinds.get(self.text(target))
+
+    def call_name(self, node) -> list[str] | None:
+        """The name a declaring call gives: its first argument — an alias (``A.B`` -> A, B),
+        a call's target (``f(x)``), the left side of a guard (``f(x) when ...``) or a name."""
+        args = next((c for c in node.named_children if c.type == "arguments"), None)
+        first = args.named_children[0] if args is not None and args.named_child_count else None
+        while first is not None and first.type == "binary_operator":  # f(x) when guard
+            first = first.child_by_field_name("left")
+        if first is not None and first.type == "call":
+            first = first.child_by_field_name("target")
+        if first is None:
+            return None
+        text = "".join(self.text(first).split())
+        parts = [p for p in text.split(".") if p] if first.type == "alias" else [text]
+        return parts if parts and all(parts) else None
+
     def is_function(self, node) -> bool:
         spec = self.spec
+        if self.call_kind(node) == "function":
+            return True
         if node.type in spec.functions:
             return node.type not in spec.needs_body or self.body(node) is not None
         if node.type in spec.var_functions:
@@ -655,7 +704,7 @@ class _Walker:
             return self.symbols(self.members(node, transparent=True), inner_prefix, False,
                                 breaks)
         if self.is_function(node):
-            parts = self.name(node)
+            parts = self.call_name(node) if self.call_kind(node) else self.name(node)
             if not parts:
                 return []
             parts = self.receiver(node) + parts
@@ -666,15 +715,16 @@ class _Walker:
             if kind == "function" and spec.local_classes:
                 sym.members = self.local_classes(node, sym.symbol + ".")
             return [sym]
-        if t in spec.containers:
+        call_class = self.call_kind(node) == "class"
+        if t in spec.containers or call_class:
             if t in spec.needs_body and self.body(node) is None:
                 return []
-            parts = self.name(node)
+            parts = self.call_name(node) if call_class else self.name(node)
             if not parts:
                 return []
             qual = prefix + ".".join(parts)
             self.starts.append(_first_line(node))
-            head = self.name_node(node)
+            head = None if call_class else self.name_node(node)
             sym = _Sym(qual, "class", _first_line(node), _last_line(node),
                        _first_line(head if head is not None else node))
             sym.members = self.symbols(self.members(node, transparent=False), qual + ".", True,

@@ -155,6 +155,16 @@ EXPECTED: dict[str, list[tuple[str, str, int, int]]] = {
         ("Router.IListener", C, 22, 25),
         ("Mode", C, 28, 28),
     ],
+    "router.ex": [
+        ("Web.Router", C, 1, 25),            # defmodule: 1, the @moduledoc 2-4, alias 6, end 25
+        ("Web.Router.call", ME, 8, 12),       # with its @doc and @spec above
+        ("Web.Router.dispatch", ME, 14, 14),  # defp, one line
+        ("Web.Router.halt", ME, 16, 16),      # named by the call left of `when`
+        ("Web.Router.get", ME, 18, 20),       # defmacro
+        ("Web.Router.String.Chars", C, 22, 24),  # defimpl: 22 and its end 24
+        ("Web.Router.String.Chars.to_string", ME, 23, 23),
+        ("<module>", M, 27, 27),              # the call after the module
+    ],
     "router.rb": [
         ("<module>", M, 1, 28),            # 1, 3, 28
         ("Web", C, 5, 22),                 # module Web: 5, 6, 22
@@ -241,7 +251,8 @@ def test_every_language_has_a_fixture():
     assert names == {spec.name for spec in LANGUAGES.values()}
     for suffix in (".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx", ".go", ".rs",
                    ".java", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cs",
-                   ".rb", ".php", ".kt", ".kts", ".swift", ".scala", ".sc", ".sh", ".bash"):
+                   ".rb", ".php", ".kt", ".kts", ".swift", ".scala", ".sc", ".sh", ".bash",
+                   ".ex", ".exs"):
         assert language_for(f"a/b{suffix.upper()}") is LANGUAGES[suffix]
 
 
@@ -270,8 +281,8 @@ def test_trailing_comment_of_code_is_not_a_leading_comment():
 
 
 def test_unknown_suffix_and_unparsable_file_fall_back_to_windows():
-    text = "defmodule Main do\n  def main(args), do: args\nend\n"
-    assert _rows(chunk_document(_doc("main.ex", text))) == [(None, "window", 1, 3)]
+    text = "(define (main args)\n  args)\n\n(main 1)\n"  # Scheme: no grammar here
+    assert _rows(chunk_document(_doc("main.scm", text))) == [(None, "window", 1, 4)]
     # a .ts file that is not TypeScript: errors and no symbol
     junk = "}}} this is @@ not ((( code\n\nat all <<<\n"
     assert _rows(chunk_document(_doc("junk.ts", junk))) == [(None, "window", 1, 3)]
@@ -347,7 +358,7 @@ def test_python_stays_on_the_ast_chunker():
         ("f", F, 15, 18),
     ]
     assert chunks == chunk_python(doc)
-    assert CHUNKER_VERSION == "5"
+    assert CHUNKER_VERSION == "6"
 
 
 def test_language_names():
