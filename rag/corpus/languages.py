@@ -56,6 +56,10 @@ Ruby           ``class Foo; def bar`` -> ``Foo.bar``; ``def self.bar`` and metho
                ``class A::B`` -> ``A.B``
 PHP            ``class/interface/trait/enum Foo { function bar }`` -> ``Foo.bar``;
                ``function f`` -> ``f``
+Elixir         ``defmodule A.B do def f ...`` -> ``A.B`` (class), ``A.B.f`` (method);
+               ``defp``/``defmacro``/``defguard``/``defdelegate`` as ``def``;
+               ``defimpl P, for: T`` and ``defprotocol P`` -> class ``P``; a ``def``
+               with ``when`` is named by its call; ``@doc``/``@spec`` above are its lines
 =============  ===================================================================
 
 Rules shared by every language:
