@@ -143,6 +143,13 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {one_line(exc, 400)}"
 
 
+def _clock(seconds: float) -> str:
+    """``1:02`` (minutes:seconds), ``1:02:03`` past an hour."""
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
 class SweepCallback(Callback):  # type: ignore[misc]
     """Hydra callback: the store checked, then sweep id, experiment and parent run before the
     jobs; summary after. Any failure stops the command (:meth:`_fatal`)."""
@@ -153,6 +160,7 @@ class SweepCallback(Callback):  # type: ignore[misc]
         self._names: dict[str, str] = {}  # corpus -> experiment name
         self._retries: int | None = None  # tracking.server_retries
         self._planned: int | None = None  # jobs the sweeper will launch (planned_jobs)
+        self._started: float | None = None  # time.monotonic() at the multirun's start
         # build every distinct index of the sweep once, before any job (rag/app/prebuild.py);
         # off with +hydra.callbacks.sweep.prebuild=false
         self.prebuild = prebuild
@@ -188,8 +196,36 @@ class SweepCallback(Callback):  # type: ignore[misc]
         except Exception:  # noqa: BLE001 - the store is what failed: the parents stay RUNNING
             pass
 
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """One progress line per job on stderr, terminal or log alike: ``sweep routing: job
+        2 of 4 (search.mode=bm25), 1:02 elapsed, about 2:04 left`` (the estimate: the mean
+        time of the jobs done so far; the count and estimate only where the sweep started in
+        this process — the basic launcher — else just the job's number)."""
+        import time
+
+        try:
+            num = int(config.hydra.job.num)
+            label = str(config.hydra.job.override_dirname) or "(defaults)"
+        except Exception:  # noqa: BLE001 - not a multirun job: nothing to count
+            return
         from rag.app.config import sweep_name
+
+        of = f" of {self._planned}" if self._planned else ""
+        timing = ""
+        if self._started is not None:
+            elapsed = time.monotonic() - self._started
+            timing = f", {_clock(elapsed)} elapsed"
+            if num and self._planned:
+                timing += f", about {_clock(elapsed / num * (self._planned - num))} left"
+        print(f"sweep {sweep_name(config) or '?'}: job {num + 1}{of} ({label}){timing}",
+              file=sys.stderr, flush=True)
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        import time
+
+        from rag.app.config import sweep_name
+
+        self._started = time.monotonic()
 
         check_repository_suite(config)  # a bad dataset: one line, exit 2, no parent run
 

@@ -33,13 +33,19 @@ def routing_sweep(tmp_path, fixture_repo, fixture_golden):
     assert proc.returncode == 0, proc.stderr[-3000:]
     # stderr is a pipe: neither the prebuild nor the jobs draw progress frames (\r)
     assert "\r" not in proc.stderr, proc.stderr[-3000:]
-    return tmp_path, proc.stdout
+    return tmp_path, proc.stdout, proc.stderr
 
 
 @pytest.mark.slow
 def test_routing_sweep_rows_over_mlflow_rest(routing_sweep):
-    tmp_path, stdout = routing_sweep
+    tmp_path, stdout, stderr = routing_sweep
     assert stdout.count("ledger row ") == 4
+    # one progress line per job, in a log as on a terminal: k of n, elapsed, time left
+    progress = [ln for ln in stderr.splitlines() if ln.startswith("sweep routing: job ")]
+    assert [ln.split(" (")[0] for ln in progress] == [
+        f"sweep routing: job {k} of 4" for k in range(1, 5)]
+    assert "elapsed" in progress[0] and "left" not in progress[0]
+    assert all(re.search(r", \d+:\d\d elapsed, about \d+:\d\d left$", ln) for ln in progress[1:])
     # jobs 2-4 reuse the first job's index: nothing embedded, nothing rebuilt
     assert stdout.count("chunks embedded: 0") >= 3
     port = _free_port()
