@@ -76,7 +76,7 @@ SOURCE_SUFFIXES = {
     ".html", ".htm", ".jinja", ".j2", ".css", ".scss", ".sql", ".lua", ".pl", ".r",
     # the other suffixes rag.corpus.languages chunks by symbol
     ".cjs", ".mts", ".cts", ".kts", ".cxx", ".c++", ".hh", ".hxx", ".h++", ".sc",
-    # Elixir (windows: no symbol chunker yet)
+    # Elixir (by symbol since chunker 6)
     ".ex", ".exs",
 }
 #: directories whose files are tests: Python/Java (src/test/)/Rust/Go tests/ and test/,

@@ -57,7 +57,7 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     (tmp_path / "parse.ts").write_text(
         "/**\n * Parse the header line into a name and a value.\n * @param line the line\n */\n"
         "export function parseHeader(line: string) {\n  return line;\n}\n")
-    (tmp_path / "lib.ex").write_text("defmodule Lib do\n  @doc \"Run it.\"\n  def run, do: 1\nend\n")
+    (tmp_path / "lib.lua").write_text("-- Run it all, every time.\nfunction run() return 1 end\n")
     res = mine_docstrings(tmp_path, max_candidates=None)
     got = sorted((c["query"], c["relevant"][0]["symbol"], c["kind"]) for c in res.candidates)
     assert got == [
@@ -71,10 +71,37 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     # without its comment the chunk is "func Handle(path string) {}": handle, path -> 2/6
     assert go["leakage"] == 1.0 and go["leakage_masked"] == round(2 / 6, 3)
     assert "doc comment summary" in go["note"]
-    assert res.warnings == ["no docstrings read from 1 .ex file(s): no doc-comment reader for "
+    assert res.warnings == ["no docstrings read from 1 .lua file(s): no doc-comment reader for "
                             "that language (rag/golden/miners/docstrings.py)"]
 
 
 def test_summary_of_a_go_comment_is_its_first_sentence():
     assert docstring_summary("Handle registers a handle. It panics.\n\nMore.") == \
         "Handle registers a handle."
+
+
+def test_elixir_docs_are_module_attributes():
+    from rag.golden.miners.docstrings import doc_comment
+
+    heredoc = ('  @doc """\n  Puts the status of the connection.\n\n    iex> put(conn)\n  """\n'
+               '  @spec put(t) :: t\n  def put(conn), do: conn\n')
+    # dedented heredoc; its 5 lines are the doc's
+    assert doc_comment(heredoc, "elixir") == (
+        "Puts the status of the connection.\n\n  iex> put(conn)", 5)
+    assert doc_comment('  @doc "Runs it."\n  def run, do: 1\n', "elixir") == ("Runs it.", 1)
+    assert doc_comment("  @doc false\n  def hidden, do: 1\n", "elixir") is None
+    assert doc_comment("  def bare, do: 1\n", "elixir") is None
+    module = 'defmodule Plug.Conn do\n  @moduledoc ~S"""\n  The connection.\n  """\n'
+    assert doc_comment(module, "elixir") == ("The connection.", 4)
+    assert doc_comment('  @impl true\n  @doc "Calls."\n  def call(c), do: c\n', "elixir") == \
+        ("Calls.", 2)
+
+
+def test_mine_docstrings_reads_elixir(tmp_path):
+    (tmp_path / "lib.ex").write_text(
+        'defmodule Lib do\n  @doc """\n  Runs the job and returns its result.\n  """\n'
+        "  def run(job), do: job\nend\n")
+    res = mine_docstrings(tmp_path, max_candidates=None)
+    assert [(c["query"], c["relevant"][0]["symbol"]) for c in res.candidates] == [
+        ("Runs the job and returns its result.", "Lib.run")]
+    assert res.warnings == []

@@ -43,7 +43,41 @@ DOC_SYNTAX: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("typescript", "javascript", "java", "kotlin", "scala", "php"), ("/**",)),
     "ruby": ("#",),
     "shell": ("#",),
+    # module attributes, not comments: @doc "..." / @doc """ heredoc """, @moduledoc
+    "elixir": ("@doc", "@moduledoc", "@typedoc"),
 }
+_ELIXIR_HEAD = re.compile(r"^\s*(defmodule|defprotocol|defimpl)\b")
+_ELIXIR_ATTR = re.compile(r'^\s*@(doc|moduledoc|typedoc)\s+(?:~[sS])?("""|\'\'\'|"(.*)")\s*$')
+_ELIXIR_PASS = re.compile(r"^\s*@(spec|impl|deprecated|since)\b")
+
+
+def elixir_doc(text: str) -> tuple[str, int] | None:
+    """The ``@doc`` / ``@moduledoc`` / ``@typedoc`` string at the top of an Elixir symbol chunk
+    (above a ``def``, or just inside a ``defmodule``/``defimpl``/``defprotocol`` line), and
+    how many lines of ``text`` it spans; None without one (``@doc false`` is none). Reads a
+    one-line string (``@doc "Runs it."``) or a heredoc (between two lines of three double
+    quotes, also ``~S``), its lines dedented; ``@spec``/``@impl`` lines above it are passed
+    over."""
+    from rag.corpus.chunk import split_lines
+
+    lines = [ln.rstrip("\r\n") for ln in split_lines(text)]
+    n = 1 if lines and _ELIXIR_HEAD.match(lines[0]) else 0
+    while n < len(lines) and _ELIXIR_PASS.match(lines[n]):
+        n += 1
+    m = _ELIXIR_ATTR.match(lines[n]) if n < len(lines) else None
+    if m is None:
+        return None
+    if m.group(3) is not None:  # one line
+        return (m.group(3).replace('\\"', '"'), n + 1) if m.group(3).strip() else None
+    quote, body, end = m.group(2), [], n + 1
+    while end < len(lines) and lines[end].strip() != quote:
+        body.append(lines[end])
+        end += 1
+    if end == len(lines):
+        return None
+    indent = min((len(b) - len(b.lstrip()) for b in body if b.strip()), default=0)
+    doc = "\n".join(b[indent:] for b in body).strip()
+    return (doc, end + 1) if doc else None
 _ATTRIBUTE = re.compile(r"^\s*(@[A-Za-z_][\w.]*(\(.*\))?\s*$|#\[.*\]\s*$|"
                         r"\[[A-Z][\w.]*(\(.*\))?\]\s*$)")
 _DIRECTIVE = re.compile(r"(go:|nolint|shellcheck|\+build|-\*-|frozen_string_literal|encoding:|"
@@ -87,6 +121,8 @@ def doc_comment(text: str, language: str) -> tuple[str, int] | None:
     """
     from rag.corpus.chunk import split_lines
 
+    if language == "elixir":
+        return elixir_doc(text)
     markers = DOC_SYNTAX.get(language, ())
     blocks = tuple(m for m in markers if m.startswith("/*"))
     line_markers = sorted((m for m in markers if not m.startswith("/*")), key=len, reverse=True)
