@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -160,7 +161,7 @@ def lower_is_better(metric: str) -> bool:
     return declared_lower(base)
 
 
-def per_query_values(frame: Any, metric: str) -> Any:
+def per_query_values(frame: Any, metric: str, *, where: str = "the per-query table") -> Any:
     """The per-query values whose mean over positives is row metric ``metric`` (a pandas
     Series of floats indexed by query id), or None when the table has no such column.
 
@@ -168,6 +169,10 @@ def per_query_values(frame: Any, metric: str) -> Any:
     ``false_weak``, ``candidate_pool_recall`` of ``candidate_hit``, ``dropped_rate`` of
     ``returned_as == "dropped"``; ranking metrics (``mrr``, ``recall_at_<k>``, ...) are their
     own columns. Booleans written as ``True``/``False`` count 1/0.
+
+    Raises:
+        GateError: a cell of the column that is not a number, or (for every metric but a
+            latency) a value outside [0, 1] — naming ``where``, the column and the query.
     """
     if metric == "dropped_rate":
         if "returned_as" not in frame.columns:
@@ -180,10 +185,21 @@ def per_query_values(frame: Any, metric: str) -> Any:
         return None
     series = frame[col].map(lambda v: {"True": 1.0, "False": 0.0}.get(v, v) if isinstance(v, str)
                             else v)
-    try:
-        return series.astype(float)
-    except (TypeError, ValueError):
-        return None
+    import pandas as pd
+
+    values = pd.to_numeric(series, errors="coerce")
+    bad = values.isna() & series.notna()
+    if bad.any():
+        q = bad[bad].index[0]
+        raise GateError(f"{where}: column {col!r} of query {q!r} holds {series[q]!r}, not a "
+                        "number (an unreadable per-query table)")
+    share = not (col.endswith("_ms") or metric.endswith("_ms"))
+    out = values.astype(float)
+    if share and ((out < -1e-9) | (out > 1 + 1e-9)).any():
+        q = out[(out < -1e-9) | (out > 1 + 1e-9)].index[0]
+        raise GateError(f"{where}: column {col!r} of query {q!r} is {out[q]:g}, outside [0, 1] "
+                        "(an unreadable per-query table)")
+    return out
 
 
 @dataclass
@@ -230,6 +246,10 @@ def _frame(csv_text: str, where: str) -> Any:
                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     if frame.empty:
         raise GateError(f"{where} holds no positive query")
+    dup = frame.index[frame.index.duplicated()]
+    if len(dup):
+        raise GateError(f"{where} lists query {dup[0]!r} more than once (an unreadable "
+                        "per-query table)")
     return frame
 
 
@@ -499,8 +519,10 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
 
             tagged = base.per_query.loc[common, "tags"].map(lambda v: tag in split_tags(v))
             common_ids = common[tagged.to_numpy()]
-        va = per_query_values(base.per_query, base_metric) if common is not None else None
-        vb = per_query_values(cand.per_query, base_metric) if common is not None else None
+        va = (per_query_values(base.per_query, base_metric, where=base.label)
+              if common is not None else None)
+        vb = (per_query_values(cand.per_query, base_metric, where=cand.label)
+              if common is not None else None)
         kw = dict(metric=name, tag=tag, margin=options.margin_for(name),
                   lower_is_better=lower_is_better(name),
                   mode="superiority" if options.is_superiority(name) else "non_inferiority")
@@ -608,7 +630,9 @@ def judge(checks: list[Check], options: GateOptions) -> list[Check]:
             # margin; non-inferiority: when the CI's reach past -margin would shrink away
             needed = ((queries_needed(c.n, gain, -c.margin, half)
                        if gain > c.margin + 1e-12 else None) if superiority
-                      else queries_needed(c.n, gain, c.margin, half))
+                      else None if ((-c.ci_low if c.lower_is_better else c.ci_high)
+                          < -c.margin - 1e-12)  # wholly past: no CI-based count
+            else queries_needed(c.n, gain, c.margin, half))
         out.append(replace(c, p_holm=p_holm, verdict=verdict, queries_needed=needed))
     return out
 
@@ -744,6 +768,9 @@ def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> Gat
     result.lost_at_baseline = _stage_counts(base, ids)
     result.lost_at_candidate = _stage_counts(cand, ids)
     result.severe_drops = severe_drops(base, cand, options.severe_drop)
+    if result.severe_drops is None and options.max_severe_drops >= 0:
+        result.notes.append("the per-query guard could not run: a side has no per-query "
+                            "reciprocal ranks (mrr)")
     return result
 
 
@@ -753,7 +780,8 @@ def severe_drops(base: Side, cand: Side, drop: float) -> list[dict[str, Any]] | 
     per-query reciprocal ranks (an expectation pinned without them)."""
     if base.per_query is None or cand.per_query is None:
         return None
-    a, b = per_query_values(base.per_query, "mrr"), per_query_values(cand.per_query, "mrr")
+    a = per_query_values(base.per_query, "mrr", where=base.label)
+    b = per_query_values(cand.per_query, "mrr", where=cand.label)
     if a is None or b is None:
         return None
     ids = paired_ids(base, cand)
@@ -784,6 +812,13 @@ def inconclusive_text(c: Check) -> str:
     more = (f"about {c.queries_needed - c.n} more paired queries ({c.queries_needed} in all) "
             "would decide it" if c.queries_needed and c.n else "more queries would decide it")
     ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "?"
+    if c.mode != "superiority" and c.ci_low is not None and c.ci_high is not None:
+        high = -c.ci_low if c.lower_is_better else c.ci_high
+        if high < -c.margin - 1e-12:  # the CI is wholly past the margin; the test is not
+            return (f"`{c.metric}` Δ {c.delta:+.4f}, 95% CI {ci} lies past the margin "
+                    f"{c.margin:g} but the paired test is not significant (p (Holm) "
+                    f"{_p(c.p_holm)}): more queries would decide it (at this size the "
+                    "bootstrap CI and the randomization test disagree)")
     if c.mode == "superiority":
         if not c.queries_needed:
             more = ("the observed change is not past the margin: more queries would not show "
@@ -792,6 +827,15 @@ def inconclusive_text(c: Check) -> str:
                 f"the margin {c.margin:g} (superiority): {more}")
     return (f"`{c.metric}` Δ {c.delta:+.4f}, 95% CI {ci} reaches past the margin {c.margin:g} "
             f"the wrong way: {more}")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control character but tab and line breaks as ``?``: what XML 1.0
+    cannot hold, and what a terminal would obey (a query id holding ``\\x1b[31m``)."""
+    return _CONTROL.sub("?", text)
 
 
 def render_markdown(result: GateResult) -> str:
@@ -821,10 +865,14 @@ def render_markdown(result: GateResult) -> str:
     if r.coverage_failed:
         lines.append("Coverage lost: the candidate lacks what the baseline measured: "
                      + coverage_text(r.coverage_lost))
+    elif r.coverage_lost:
+        lines.append("Coverage (not gated, --no-coverage-guard): the candidate lacks what the "
+                     "baseline measured: " + coverage_text(r.coverage_lost))
     if r.options.sequential:
         lines.append("Sequential: " + "; ".join(
-            f"`{c.metric}` {'decided after ' + str(c.decided_at) if c.decided_at else 'undecided after'}"
-            f" of {c.n} queries (confidence sequence of Δ [{c.cs_low:+.4f}, {c.cs_high:+.4f}])"
+            f"`{c.metric}` " + (f"decided after {c.decided_at} of {c.n} queries"
+                                if c.decided_at else f"undecided after all {c.n} queries")
+            + f" (confidence sequence of Δ [{c.cs_low:+.4f}, {c.cs_high:+.4f}])"
             for c in r.checks if c.cs_low is not None))
     if r.inconclusive and not r.options.sequential:
         lines.append("Inconclusive (neither a regression nor ruled out): " + "; ".join(
@@ -866,7 +914,7 @@ def render_markdown(result: GateResult) -> str:
                 for s, v in better.items()))
     if r.notes:
         lines += ["", *[f"- note: {n}" for n in r.notes]]
-    return "\n".join(lines) + "\n"
+    return _printable("\n".join(lines)) + "\n"
 
 
 def render_junit(result: GateResult | None, *, error: str | None = None,
@@ -882,11 +930,12 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="compare", time="0")
         ET.SubElement(case, "error", message=error or "", type="cannot_compare").text = error
         root.set("tests", "1"); root.set("failures", "0"); root.set("errors", "1")  # noqa: E702
-        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        return _printable(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
     r = result
     guard = r.severe_drops is not None and r.options.max_severe_drops >= 0
     fails = len(r.regressions) + int(r.guard_failed) + int(r.coverage_failed)
-    n_tests = len(r.checks) + int(guard) + int(r.options.coverage)
+    coverage_case = r.options.coverage or bool(r.coverage_lost)
+    n_tests = len(r.checks) + int(guard) + int(coverage_case)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
                           tests=str(n_tests), failures=str(fails), errors="0", skipped=str(len(r.inconclusive)))
@@ -914,7 +963,7 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         if r.guard_failed:
             ET.SubElement(case, "failure", message=detail, type="severe_drops").text = detail
         ET.SubElement(case, "system-out").text = detail
-    if r.options.coverage:  # the coverage guard: its own test case
+    if coverage_case:  # the coverage guard: its own test case (listed when it is off)
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="coverage", time="0")
         detail = ("the candidate lacks what the baseline measured: "
                   + coverage_text(r.coverage_lost, limit=1000)) if r.coverage_lost else \
@@ -923,7 +972,7 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
             ET.SubElement(case, "failure", message=detail, type="coverage").text = detail
         ET.SubElement(case, "system-out").text = detail
     root.set("tests", str(n_tests)); root.set("failures", str(fails)); root.set("errors", "0")  # noqa: E702
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return _printable(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
 
 
 # --- command line ------------------------------------------------------------------------
@@ -1037,6 +1086,12 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
     if not (0 < args.alpha < 1):
         raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
     tags = tuple(dict.fromkeys(t.strip() for t in (args.tags or "").split(",") if t.strip()))
+    if args.junit and args.markdown and Path(args.junit).resolve() == Path(args.markdown).resolve():
+        raise GateError(f"--junit and --markdown name the same file ({args.junit})")
+    max_drops = getattr(args, "max_severe_drops", d.max_severe_drops)
+    if max_drops < -1:
+        raise GateError(f"--max-severe-drops must be >= 0, or -1 for no per-query guard, got "
+                        f"{max_drops}")
     drop = getattr(args, "severe_drop", d.severe_drop)
     if not (math.isfinite(drop) and 0 < drop <= 1):
         raise GateError(f"--severe-drop must be in (0, 1], got {drop}")

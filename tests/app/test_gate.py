@@ -101,11 +101,12 @@ def test_margin_and_paired_test_both_decide_with_holm_across_the_metrics():
     # the queries that would decide one: n (half-width / |gain + margin|)^2, by hand from
     # the check's own CI, and never fewer than one more than it has: recall_at_8's CI
     # [-0.3, 0] (bootstrap) gives 10 (0.15 / 0.09)^2 = 27.8 -> 28; answer support's CI
-    # [-0.7, -0.1] already clears -0.01 (only Holm keeps it undecided): 11
+    # [-0.7, -0.1] lies wholly past -0.01 (only the test keeps it undecided): no CI-based
+    # count, the text says why
     r8, a = c["recall_at_8"], c["answer_support_rate"]
     assert r8.queries_needed == max(11, math.ceil(10 * ((r8.ci_high - r8.ci_low) / 2
                                                         / abs(-0.1 + 0.01)) ** 2))
-    assert a.queries_needed == 11
+    assert a.queries_needed is None and a.ci_high < -0.01
     # a wider margin for mrr alone leaves the two undecided checks: inconclusive (exit 4)
     wide = compare(side(base, "row a"), side(cand), GateOptions(margins=(("mrr", 0.6),)))
     assert wide.checks[0].verdict == WITHIN_MARGIN
@@ -284,7 +285,8 @@ def test_coverage_guard_names_the_queries_tags_and_metrics_the_candidate_lacks()
     off = compare(side(base, "row a"), side(cand, golden="g2"),
                   GateOptions(metrics=("mrr",), coverage=False))
     assert off.exit_code == EXIT_PASS and len(off.coverage_lost) == 4
-    assert not any(n == "coverage" for n, _, _ in cases(ET.fromstring(render_junit(off))))
+    assert ("coverage", False, False) in cases(ET.fromstring(render_junit(off)))
+    assert "Coverage (not gated, --no-coverage-guard): the candidate lacks" in render_markdown(off)
     # a gated metric the baseline has and the candidate lacks: by name, not "cannot compare"
     lacking = compare(side(base, "row a"), side(cand.drop(columns=["ndcg_at_10"])),
                       GateOptions(metrics=("mrr", "ndcg_at_10")))
@@ -803,5 +805,44 @@ def test_sequential_gate_stops_early_on_a_broken_candidate():
     assert same.checks[0].verdict == INCONCLUSIVE and same.checks[0].decided_at is None
     # a metric that is not a share cannot be bounded
     wide = table(40, mrr=[3.0] * 40)
-    with pytest.raises(GateError, match="--sequential needs per-query values in"):
+    with pytest.raises(GateError, match="outside \\[0, 1\\]"):
         compare(side(base, "row a"), side(wide), opts)
+
+
+def test_per_query_tables_the_gate_cannot_trust_are_refused():
+    base = table()
+    # a cell that is not a number: refused by name, never a quiet margin-only pass
+    odd = table(mrr=[1.0] * 9 + ["n/a"])
+    with pytest.raises(GateError, match="row b: column 'mrr' of query 'q9' holds 'n/a', not a "
+                                        "number"):
+        compare(side(base, "row a"), side(odd))
+    # a share outside [0, 1]
+    with pytest.raises(GateError, match="column 'mrr' of query 'q0' is 5, outside \\[0, 1\\]"):
+        compare(side(base, "row a"), side(table(mrr=[5.0] * 10)))
+    # a query listed twice
+    with pytest.raises(GateError, match="lists query 'q0' more than once"):
+        from rag.app.gate import _frame
+
+        _frame("query_id,kind,mrr\nq0,positive,1\nq0,positive,0\n", "row b")
+
+
+def test_a_ci_wholly_past_the_margin_without_significance_names_no_count():
+    # -1 on 4 of 24 queries: the bootstrap CI lies below -0.01, the exact sign-flip p is
+    # 2/16 = 0.125
+    base = table(24)
+    cand = table(24, mrr=[0.0] * 4 + [1.0] * 20, first_relevant_rank=[None] * 4 + [1.0] * 20)
+    c = compare(side(base, "row a"), side(cand), GateOptions(
+        metrics=("mrr",), max_severe_drops=-1)).checks[0]
+    assert c.verdict == INCONCLUSIVE and c.ci_high < -0.01 and c.queries_needed is None
+    from rag.app.gate import inconclusive_text
+
+    assert "lies past the margin 0.01 but the paired test is not significant" in \
+        inconclusive_text(c)
+
+
+def test_junit_and_markdown_hold_no_control_character():
+    t = table(2).rename(index={"q0": "evil\x1b[31mRED\x01"})
+    r = compare(side(t, "row a"), side(t.assign(mrr=[0.0, 1.0])), GateOptions(metrics=("mrr",)))
+    xml = render_junit(r)
+    ET.fromstring(xml)  # well-formed
+    assert "\x1b" not in xml and "\x1b" not in render_markdown(r) and "evil?[31mRED?" in xml
