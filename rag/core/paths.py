@@ -30,3 +30,37 @@ def expand_path(value: str | Path, base: Path | None = None) -> Path:
     if not p.is_absolute():
         p = (base or project_root()) / p
     return p.resolve()
+
+
+def write_text_replacing(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to the regular file ``path`` whole or not at all: into a
+    temporary file beside it, renamed over it. A symlink is followed (its target is written);
+    a path that exists and is not a regular file (a directory, ``/dev/full``, a FIFO) is
+    refused, never replaced; missing parent directories are made. Returns the file written.
+
+    Raises:
+        OSError: ``cannot write PATH: reason`` (one line; the temporary file is removed).
+    """
+    import tempfile
+
+    shown = str(path)
+    target = Path(path)
+    try:
+        if target.is_symlink():
+            target = target.resolve()
+        if target.exists() and not target.is_file():
+            raise OSError(f"cannot write {shown}: not a regular file")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        if str(exc).startswith("cannot write "):
+            raise
+        raise OSError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    return target

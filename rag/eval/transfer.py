@@ -131,6 +131,12 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
     if a.get("min_dense") is not None and a.get("weak_dense") is not None and signal != "learned":
         cal = None  # both bands given: they win over the shipped calibration (auto)
     if cal is None:
+        if options.min_dense > options.weak_dense:
+            seed = [k for k in ("min_dense", "weak_dense") if a.get(k) is None]
+            raise RunError(f"abstain: min_dense {options.min_dense:g} > weak_dense "
+                           f"{options.weak_dense:g}" + (f" ({seed[0]} is the seed's: no "
+                                                        "calibration applies here); give both"
+                                                        if seed else ""))
         tags.update(abstain_min=_threshold_tag(options.min_dense), abstain_weak=_threshold_tag(options.weak_dense))
         return options, None, tags
     ref = str(a.calibration)
@@ -156,5 +162,8 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
                            f"the shipped calibration's other band is applied; give both")
         tags["abstain_bands_given"] = ",".join(k for k, v in zip(("min_dense", "weak_dense"),
                                                                    given) if v is not None)
+        # one band from the config, the other from the calibration: say both
+        tags["abstain_thresholds_source"] = (f"{tags['abstain_bands_given']} from the config, "
+                                             f"the other {tags['abstain_thresholds_source']}")
     tags.update(abstain_min=_threshold_tag(bands[0]), abstain_weak=_threshold_tag(bands[1]))
     return options_with(options, bands), None, tags

@@ -110,7 +110,9 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
         if not n_neg:
             raise CalibrateError(f"row {rid[:8]} ({tags.get('corpus', '?')}) has no negative "
                                  "query: it cannot say where to abstain")
-        models.add(tags.get("model_id", "?"))
+        if not tags.get("model_id"):
+            raise CalibrateError(f"row {rid[:8]} records no model_id: whose cosines are these?")
+        models.add(tags["model_id"])
         corpora.append(tags.get("corpus", "?"))
         fitted_on.append({"run_id": rid, "corpus": tags.get("corpus"),
                           "golden_fingerprint": tags.get("golden_fingerprint"),
@@ -124,10 +126,16 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
     dup = sorted({c for c in corpora if corpora.count(c) > 1})
     if dup:
         raise CalibrateError(f"corpus {dup[0]} is given twice: its queries would count twice")
+    prints = [f["golden_fingerprint"] for f in fitted_on if f["golden_fingerprint"]]
+    twice = sorted({g for g in prints if prints.count(g) > 1})
+    if twice:
+        raise CalibrateError(f"golden set {twice[0][:12]} is given twice (rows of two corpus "
+                             "versions with one label set): its queries would count twice")
     cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
                                target_dropped=target_dropped, seed=seed)
-    if not cal.get("signals"):
-        raise CalibrateError(f"nothing to calibrate: {cal.get('message', '?')}")
+    if "top_dense" not in cal.get("signals", {}):
+        raise CalibrateError("the rows do not measure top_dense on every query (a finite "
+                             "cosine for each positive and negative): no dense bands to fit")
     cal.pop("oof_learned", None)  # per-query values of pooled rows: no use elsewhere
     cal["provenance"] = {
         "model_id": models.pop(), "fitted_on": fitted_on,
@@ -182,17 +190,17 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(f"error: --{name.replace('_', '-')} must be in [0, 1), got {v}",
                   file=sys.stderr)
             return 2
+    from rag.core.paths import write_text_replacing
+
     out = Path(args.out)
     try:
-        if out.is_dir():
-            raise CalibrateError(f"cannot write {out}: it is a directory")
+        if out.exists() and not out.resolve().is_file():
+            raise CalibrateError(f"cannot write {out}: "
+                                 + ("it is a directory" if out.is_dir() else "not a regular file"))
         ledger = Ledger(default_tracking_uri(args.tracking_uri), create=False)
         cal = pooled_calibration(ledger, args.run, target_false_weak=args.target_false_weak,
                                  target_dropped=args.target_dropped)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(json.dumps(cal, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(out)
+        write_text_replacing(out, json.dumps(cal, indent=2) + "\n")
     except (CalibrateError, LookupError, LedgerError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -60,6 +60,14 @@ def load_calibration(ref: str, uri: str) -> Calibration:
                               or not math.isfinite(v)):
             raise TransferError(f"abstain.calibration={ref!r}: {key} must be a finite number or "
                                 f"null, got {v!r}")
+        if v is not None and not 0.0 <= v <= 1.0:
+            raise TransferError(f"abstain.calibration={ref!r}: {key} must be a cosine in [0, 1], "
+                                f"got {v!r}")
+    lo, hi = data.get("suggested_min_dense"), data.get("suggested_weak_dense")
+    if lo is not None and hi is not None and lo > hi:
+        raise TransferError(f"abstain.calibration={ref!r}: suggested_min_dense {lo!r} is above "
+                            f"suggested_weak_dense {hi!r} (the drop floor must not exceed the "
+                            "weak band)")
     return Calibration(data=data, source=source)
 
 
@@ -86,7 +94,13 @@ def shipped_calibration(model_id: str, directory: Path | None = None) -> Calibra
     directory = shipped_dir() if directory is None else directory
     found = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        cal = load_calibration(str(path), "")
+        try:
+            cal = load_calibration(str(path), "")
+        except TransferError as exc:  # the user named nothing: say it is the shipped file
+            why = str(exc).split(": ", 1)[-1]
+            raise TransferError(f"abstain.calibration=auto: the calibration shipped in {path} "
+                                f"is broken ({why}); rewrite it with `rag golden calibrate` "
+                                "or run with abstain.calibration=null") from None
         if cal.provenance.get("model_id") == model_id:
             found.append(cal)
     if len(found) > 1:

@@ -112,3 +112,38 @@ def test_rag_search_applies_the_calibration_it_is_given(tmp_path, fixture_repo, 
     with pytest.raises(SystemExit) as exc:
         main(["search", "refund", "-r", str(fixture_repo), f"abstain.calibration={tmp_path / 'no.json'}"])
     assert exc.value.code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_one_band_given_wins_and_the_source_says_which(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rag.core.errors import RunError
+    from rag.eval.transfer import abstention_setup
+    from rag.search.pipeline import SearchOptions
+
+    cal = Calibration({"suggested_min_dense": 0.31, "suggested_weak_dense": 0.41,
+                       "provenance": {"model_id": "m", "golden_fingerprints": ["g"]}}, "file:x")
+
+    def setup(**abstain):
+        cfg = OmegaConf.create({"abstain": {"signal": "top_dense", "calibration": "auto",
+                                            "min_dense": None, "weak_dense": None, **abstain}})
+        opts = SearchOptions(min_dense=abstain.get("min_dense") or SearchOptions.min_dense,
+                             weak_dense=abstain.get("weak_dense") or SearchOptions.weak_dense)
+        return abstention_setup(cfg, opts, cal, model_id="m", golden_fingerprint="g",
+                                has_reranker=False, has_dense=True)
+
+    opts, _, tags = setup()
+    assert (opts.min_dense, opts.weak_dense) == (0.31, 0.41)
+    assert tags["abstain_thresholds_source"] == "in_sample"
+    opts, _, tags = setup(weak_dense=0.5)
+    assert (opts.min_dense, opts.weak_dense) == (0.31, 0.5)
+    assert tags["abstain_thresholds_source"] == "weak_dense from the config, the other in_sample"
+    with pytest.raises(RunError, match="min_dense 0.31 > weak_dense 0.2 once the shipped"):
+        setup(weak_dense=0.2)
+    # no calibration applies: the seed's floor against a given weak band, said plainly
+    cfg = OmegaConf.create({"abstain": {"signal": "top_dense", "calibration": "auto",
+                                        "min_dense": None, "weak_dense": 0.2}})
+    with pytest.raises(RunError, match="min_dense 0.45 > weak_dense 0.2 \\(min_dense is the "
+                                       "seed's"):
+        abstention_setup(cfg, SearchOptions(weak_dense=0.2), None, model_id="m",
+                         golden_fingerprint="g", has_reranker=False, has_dense=True)

@@ -127,3 +127,64 @@ def test_auto_finds_the_calibration_shipped_for_the_embedder(tmp_path):
         "suggested_weak_dense"] == 0.42
     shipped = resolve_calibration(AUTO, "", MODEL)
     assert shipped is None or shipped.provenance["model_id"] == MODEL
+
+
+def test_the_same_golden_set_twice_a_missing_model_or_no_cosine_is_refused(ledger, tmp_path):
+    led, ids = ledger
+
+    def row(name, corpus, text, golden, model=MODEL):
+        tags = {"corpus": corpus, "golden_fingerprint": golden, "search_mode": "hybrid"}
+        if model:
+            tags["model_id"] = model
+        return led.log_row(experiment=f"rag-{corpus}", run_name=name, params={}, metrics={},
+                           tags=tags, artifacts={"per_query.csv": text})
+
+    # one label set measured on two versions of a corpus
+    again = row("again", "alpha-2", per_query([0.8], [0.3]), "g-alpha")
+    with pytest.raises(CalibrateError, match="golden set g-alpha is given twice"):
+        pooled_calibration(led, [ids["a"], again], target_false_weak=0.1, target_dropped=0.0)
+    nomodel = row("nomodel", "eta", per_query([0.8], [0.3]), "g-eta", model=None)
+    with pytest.raises(CalibrateError, match="records no model_id"):
+        pooled_calibration(led, [nomodel], target_false_weak=0.1, target_dropped=0.0)
+    nocos = row("nocos", "theta", per_query([0.8], [""]), "g-theta")
+    with pytest.raises(CalibrateError, match="do not measure top_dense on every query"):
+        pooled_calibration(led, [nocos], target_false_weak=0.1, target_dropped=0.0)
+
+
+def test_the_command_never_replaces_what_is_not_a_regular_file(ledger, tmp_path, capsys):
+    import os
+
+    from rag.app.cli import main
+
+    led, ids = ledger
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(["golden", "calibrate", "--run", ids["a"], "--out", str(fifo),
+                 "--tracking-uri", led.uri]) == 2
+    assert capsys.readouterr().err.strip() == f"error: cannot write {fifo}: not a regular file"
+    assert fifo.is_fifo()
+    # a symlink is written through: the link stays, its target gets the calibration
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert main(["golden", "calibrate", "--run", ids["a"], "--out", str(link),
+                 "--tracking-uri", led.uri]) == 0
+    capsys.readouterr()
+    assert link.is_symlink() and "suggested_weak_dense" in target.read_text()
+
+
+@pytest.mark.parametrize("lo,hi,why", [(0.9, 0.1, "is above suggested_weak_dense"),
+                                       (-1.0, 0.4, "must be a cosine in \\[0, 1\\]"),
+                                       (0.3, 7.0, "must be a cosine in \\[0, 1\\]")])
+def test_a_calibration_with_bands_no_run_could_use_is_refused(tmp_path, lo, hi, why):
+    from rag.ledger.calibration import load_calibration
+
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"suggested_min_dense": lo, "suggested_weak_dense": hi}))
+    with pytest.raises(TransferError, match=why):
+        load_calibration(str(path), "")
+    # shipped: the message says it is the shipped file, not something the user set
+    with pytest.raises(TransferError, match="abstain.calibration=auto: the calibration shipped "
+                                            f"in {path} is broken"):
+        shipped_calibration(MODEL, tmp_path)

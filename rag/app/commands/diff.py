@@ -30,39 +30,21 @@ def add_parser(sub):
 
 
 def check_writable(path: str) -> None:
-    """Refuse an ``--html`` path that cannot be written before anything is read.
+    """Refuse an ``--html`` path that cannot be written before anything is read: a directory
+    or another file that is not a regular one (``/dev/full``), a parent that cannot be made.
 
     Raises:
-        OSError: a directory, or a parent that cannot be made (one line).
+        OSError: one line naming the path.
     """
     from pathlib import Path
 
     p = Path(path)
-    if p.is_dir():
-        raise OSError(f"cannot write {path}: it is a directory")
+    if p.exists() and not p.resolve().is_file():
+        raise OSError(f"cannot write {path}: "
+                      + ("it is a directory" if p.is_dir() else "not a regular file"))
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place (a failed write
-    leaves no partial page).
-
-    Raises:
-        OSError: ``cannot write PATH: reason``.
-    """
-    import os
-    from pathlib import Path
-
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, p)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -78,6 +60,7 @@ def run(args, rest, parser) -> int:
     from rag.ledger.diff import DiffError, compare_rows, print_rich, render_text
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
+    from rag.core.paths import write_text_replacing
     from rag.ledger.diff_html import DiffPageError, page_inputs, render_html
 
     uri = default_tracking_uri(args.tracking_uri)
@@ -89,7 +72,7 @@ def run(args, rest, parser) -> int:
                                changed_only=args.changed_only)
         if args.html:
             page = render_html(summary, page_inputs(ledger, summary["run_a"], summary["run_b"]))
-            write_text(args.html, page)
+            write_text_replacing(args.html, page)
             print(f"wrote {args.html} ({len(summary['per_query'])} queries side by side)",
                   file=sys.stderr)
     except (LookupError, LedgerError, DiffError, DiffPageError, OSError) as exc:
