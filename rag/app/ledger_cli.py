@@ -141,11 +141,12 @@ def ui_command(args: argparse.Namespace) -> int:
     from rag.app.config import default_tracking_uri
     from rag.ledger.mlflow_store import Ledger, LedgerError
     from rag.ledger.screenshots import UI_HOST, ScreenshotError, free_port
-    from rag.ledger.ui import prepare_links, serve_ui
+    from rag.ledger.ui import check_port, prepare_links, serve_ui
 
     uri = default_tracking_uri(args.tracking_uri)
     port = args.port or free_port()
     try:
+        check_port(port)
         links = prepare_links(Ledger(uri, create=False), port=port, host=UI_HOST,
                               sweep_id=args.sweep, experiment=args.experiment,
                               prefix=args.prefix)

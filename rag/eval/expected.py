@@ -275,7 +275,9 @@ def write_expected_from_row(ledger: Any, ref: str, *, out: Path | None = None,
         per_query_sha256=sha256_text(pinned),
         corpus_fingerprint=tags.get("corpus_fingerprint"))
     cal = ledger.download_text(run_id, "calibration.json")
+    from rag.core.paths import write_text_replacing
+
     files = [out, table, out.parent / "calibration.json"]
-    for f, content in zip(files, (text, pinned, cal)):
-        f.write_text(content, encoding="utf-8")
+    for f, content in zip(files, (text, pinned, cal)):  # parents made, each file whole
+        write_text_replacing(f, content)
     return files

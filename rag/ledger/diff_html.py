@@ -34,7 +34,8 @@ table.meta{border-collapse:collapse;margin:.5em 0 1em} table.meta td,table.meta 
 border:1px solid #ccc;padding:2px 8px;text-align:left}
 section.query{border:1px solid #bbb;border-radius:6px;margin:1em 0;padding:.6em .8em}
 section.query.worse{border-left:6px solid #c62828} section.query.better{border-left:6px solid #2e7d32}
-.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em;margin-top:.5em}
+.sides{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em;margin-top:.5em}
+h2,.head,.scores{overflow-wrap:anywhere}
 .side h3{font-size:.95em;margin:.2em 0}
 ol.hits{margin:0;padding-left:1.6em} ol.hits li{margin:.35em 0}
 .hit.relevant>.head{background:#e8f5e9} .head{font-family:ui-monospace,monospace;font-size:.9em}
@@ -92,8 +93,16 @@ def parse_chunk_runs(text: str, where: str) -> dict[str, list[dict[str, Any]]]:
             raise DiffPageError(f"{where}:{n}: not a chunk-run line ({exc})") from None
         out.setdefault(qid, []).extend(h for h in hits if isinstance(h, dict))
     for hits in out.values():
-        hits.sort(key=lambda h: h.get("rank", 0))
+        hits.sort(key=lambda h: _int(h.get("rank")))
     return out
+
+
+def _int(v: Any, default: int = 0) -> int:
+    """``v`` as an int (a rank, a line), ``default`` when it is none (a hand-made run)."""
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
 
 
 def query_terms(query: str) -> list[str]:
@@ -143,20 +152,24 @@ def _order(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fmt(v: Any) -> str:
+    import math
+
+    if isinstance(v, float) and (not math.isfinite(v) or abs(v) >= 1e300):
+        return "n/a"  # MLflow's ±1.8e308 stands for infinity
     return "—" if v is None else f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
 
 
 def _hit_html(hit: Mapping[str, Any], *, qid: str, terms: Sequence[str], inputs: PageInputs,
               max_lines: int) -> str:
-    path, start, end = str(hit.get("path", "?")), int(hit.get("start_line") or 0), \
-        int(hit.get("end_line") or 0)
+    path, start, end = str(hit.get("path", "?")), _int(hit.get("start_line")), \
+        _int(hit.get("end_line"))
     where = f"{path}:{start}-{end}" if start else path
     rel = inputs.relevant(qid, hit)
     sym = f" <b>{html.escape(str(hit['symbol']))}</b>" if hit.get("symbol") else ""
     cat = f' <span class="tag">{html.escape(str(hit["category"]))}</span>' \
         if hit.get("category") else ""
     mark = ' <span class="rel" title="relevant">✓ relevant</span>' if rel else ""
-    scores = hit.get("scores") or {}
+    scores = hit.get("scores") if isinstance(hit.get("scores"), dict) else {}
     score_text = "score " + _fmt(hit.get("score")) + "".join(
         f" · {html.escape(str(k))} {_fmt(v)}" for k, v in scores.items() if v is not None)
     body = ""
@@ -301,8 +314,8 @@ def golden_judge(golden_dir: Path) -> tuple[Callable[[str, Mapping[str, Any]], b
             return None
         h = SimpleNamespace(path=str(hit.get("path", "")), symbol=hit.get("symbol"),
                             chunk_id=hit.get("chunk_id"),
-                            start_line=int(hit.get("start_line") or 0),
-                            end_line=int(hit.get("end_line") or 0))
+                            start_line=_int(hit.get("start_line")),
+                            end_line=_int(hit.get("end_line")))
         return any(hits_label(h, lab) for lab in q.relevant)
 
     return judge, golden.fingerprint

@@ -80,6 +80,19 @@ def fmt(value: Any, key: str = "") -> str:
     return str(value)
 
 
+def _extra_cell(value: Any, key: str) -> str:
+    """A sweep table's extra column: 3 decimals for rates and recalls, 1 for seconds, none
+    for counts (context chars, tokens); non-finite or absurd values as :func:`fmt` says."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if math.isnan(v) or not math.isfinite(v) or abs(v) >= ABSURD:
+        return fmt(v)
+    if key.endswith(("_rate", "_recall", "_recall_at_10")):
+        return f"{v:.3f}"
+    return f"{v:.1f}" if key.endswith("_s") else f"{v:.0f}"
+
+
 #: a metric at or beyond this magnitude is MLflow's stand-in for infinity (±1.797e308), or no
 #: measurement a report could show: printed as n/a
 ABSURD = 1e300
@@ -337,9 +350,7 @@ def render_sweep(name: str, rows: list[LedgerRow],
                      _sig_cell(r, "mrr", h), _verdict_cell(r, "mrr", h),
                      _sig_cell(r, "recall_at_8", h),
                      _sig_cell(r, "answer_support", h),
-                     *[(f"{r.metrics[c]:.3f}" if c.endswith(("_rate", "_recall", "_recall_at_10"))
-                        else f"{r.metrics[c]:.1f}" if c.endswith("_s") else f"{r.metrics[c]:.0f}")
-                       if c in r.metrics else "—" for c in extra]]
+                     *[_extra_cell(r.metrics.get(c), c) for c in extra]]
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
         out += render_figures((figures or {}).get(sid))

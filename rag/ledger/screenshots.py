@@ -100,7 +100,8 @@ def start_server(uri: str, *, port: int, log: Path) -> subprocess.Popen:
     while True:
         try:
             with _LOOPBACK.open(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
+                # ours only while our process lives: another server on the port answers too
+                if r.status == 200 and proc.poll() is None:
                     return proc
         except OSError:
             pass

@@ -343,10 +343,16 @@ DIFF_PAGE_QUERIES, DIFF_PAGE_HITS, DIFF_PAGE_LINES = 50, 5, 12
 
 def diff_page_name(job: str) -> str:
     """``diff/<job>.html`` with the job's overrides made a file name (``search.mode=bm25``
-    -> ``diff/search.mode=bm25.html``; anything but letters, digits and ``.=,_-`` is ``_``)."""
+    -> ``diff/search.mode=bm25.html``); when that changes the label (a character other than
+    letters, digits and ``.=,_-`` becomes ``_``, a label over 120 characters is cut), the
+    first 8 hex digits of the label's SHA-256 are added, so two labels never share a page."""
+    import hashlib
     import re
 
-    return "diff/" + (re.sub(r"[^A-Za-z0-9.=,_-]+", "_", job).strip("_")[:120] or "job") + ".html"
+    name = re.sub(r"[^A-Za-z0-9.=,_-]+", "_", job).strip("_")[:120] or "job"
+    if name != job:
+        name += "-" + hashlib.sha256(job.encode()).hexdigest()[:8]
+    return f"diff/{name}.html"
 
 
 def log_diff_pages(ledger: Any, parent_id: str, rows: list[Any]) -> list[str]:

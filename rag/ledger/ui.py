@@ -118,6 +118,27 @@ def prepare_links(ledger: Any, *, port: int, host: str, sweep_id: str | None = N
         columns=state["selectedColumns"])
 
 
+def check_port(port: int) -> None:
+    """Refuse a port that is not one (1-65535) or is taken on 127.0.0.1, before anything is
+    written or started.
+
+    Raises:
+        ScreenshotError: one line naming the port.
+    """
+    import socket
+
+    from rag.ledger.screenshots import ScreenshotError
+
+    if not 1 <= port <= 65535:
+        raise ScreenshotError(f"--port {port}: a port is 1-65535")
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ScreenshotError(f"--port {port}: 127.0.0.1:{port} is in use "
+                                  f"({exc.strerror or exc})") from None
+
+
 def serve_ui(uri: str, *, port: int, log: Any, ready: Any) -> int:
     """Start ``mlflow server`` over ``uri`` on 127.0.0.1:``port`` (log to ``log``), call
     ``ready()`` once it answers, and serve until it exits, Ctrl-C or SIGTERM; the server's
@@ -134,7 +155,8 @@ def serve_ui(uri: str, *, port: int, log: Any, ready: Any) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # SIGHUP too: a closed terminal must not leave the server (its own session) running
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
     server = None
     try:
         server = start_server(uri, port=port, log=log)
@@ -146,4 +168,5 @@ def serve_ui(uri: str, *, port: int, log: Any, ready: Any) -> int:
     finally:
         if server is not None:
             stop_server(server)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

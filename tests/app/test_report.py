@@ -206,6 +206,11 @@ def test_no_report_cell_prints_a_non_finite_or_absurd_number():
 
     assert fmt(sys.float_info.max) == fmt(float("inf")) == fmt(-1.7976931348623157e308) == "n/a"
     assert fmt(float("nan")) == "—" and fmt(0.1234) == "0.123" and fmt(12.34, "x_ms") == "12.3"
+    from rag.ledger.report import _extra_cell
+
+    assert _extra_cell(sys.float_info.max, "context_chars_mean") == "n/a"
+    assert _extra_cell(1234.6, "context_chars_mean") == "1235"
+    assert _extra_cell(0.51234, "filter_false_negative_rate") == "0.512"
     odd = LedgerRow(run_id="a" * 32, experiment="rag-shop", run_name="odd", start_time_ms=0,
                     params={"search.mode": "bm25"},
                     metrics={"mrr": float("inf"), "recall_at_8": sys.float_info.max,

@@ -113,3 +113,25 @@ def test_headless_chromium_renders_both_rankings(tmp_path):
     assert dom.count('<section class="query') == 2 and dom.count('<ol class="hits">') == 4
     text = text_of(dom)
     assert "A (row aaaaaaaa)" in text and "B (row bbbbbbbb)" in text and "other.py:1-2" in text
+
+
+def test_hand_made_hits_with_odd_fields_still_render(tmp_path):
+    text = json.dumps({"query_id": "q1", "hits": [
+        {"rank": "2", "path": "a.py", "start_line": "abc", "scores": [1, 2]},
+        {"rank": None, "path": "b.py", "start_line": 1, "end_line": 2,
+         "score": float("inf"), "scores": {"bm25": 1.7976931348623157e308}}]})
+    runs = parse_chunk_runs(text, "run")
+    assert [h["path"] for h in runs["q1"]] == ["b.py", "a.py"]  # a rank that is none sorts first
+    inputs = PageInputs(rankings_a=runs, rankings_b=runs, queries={"q1": "find a"})
+    page = render_html(summary_of(("q1", 1, 2)), inputs)
+    assert page.count("<li ") == 4 and "score n/a · bm25 n/a" in page
+    assert "inf" not in page.split("<body>")[-1].replace("info", "")
+
+
+def test_sweep_page_names_never_collide():
+    from rag.ledger.sweep import diff_page_name
+
+    assert diff_page_name("search.mode=bm25") == "diff/search.mode=bm25.html"
+    long_a, long_b = "x=" + "a" * 130 + ",k1=0.9", "x=" + "a" * 130 + ",k1=1.2"
+    names = {diff_page_name(j) for j in (long_a, long_b, "rerank.model=a/b", "rerank.model=a:b")}
+    assert len(names) == 4 and all(len(n) < 150 for n in names)

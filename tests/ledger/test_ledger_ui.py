@@ -1,6 +1,6 @@
 """``rag ledger ui``: the shared view that opens the newest sweep's runs table with the headline
 columns (checked by hand, and rendered by headless Chromium against a real ``mlflow server``
-on 127.0.0.1, started by the command and stopped by it on SIGINT)."""
+on 127.0.0.1, started by the command and stopped by it on SIGHUP)."""
 
 from __future__ import annotations
 
@@ -93,13 +93,40 @@ def test_the_printed_link_opens_the_runs_table_with_the_headline_columns(tmp_pat
             r'aria-colindex="(\d+)" col-id="metrics\.`([^`]+)`"', dom)}
         assert where["mrr"] < where["recall_at_8"] < where["latency_p95_ms"], where
         assert all(job[:14] in text for job, _, _ in JOBS)
-        os.kill(proc.pid, signal.SIGINT)
+        # a closed terminal (SIGHUP; Ctrl-C and SIGTERM take the same way out) stops the
+        # server too, though it runs in a session of its own
+        os.kill(proc.pid, signal.SIGHUP)
         assert proc.wait(timeout=60) == 0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # a failed check: let the command stop its server first
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     # the server went with it
     with pytest.raises(OSError):
         urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
             f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_a_taken_or_impossible_port_is_one_error_line_before_anything_is_written(tmp_path,
+                                                                                capsys):
+    import socket
+
+    from rag.app.cli import main
+    from rag.ledger.mlflow_store import Ledger
+
+    uri, _ = _sweep_ledger(tmp_path)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["ledger", "ui", "--tracking-uri", uri, "--port", str(port)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and f"127.0.0.1:{port} is in use" in err[0]
+    assert main(["ledger", "ui", "--tracking-uri", uri, "--port", "70000"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --port 70000: a port is 1-65535"
+    exp = Ledger(uri, create=False).client.get_experiment_by_name("rag-shop")
+    assert not any(k.startswith(SHARED_VIEW_TAG) for k in exp.tags)  # nothing written
