@@ -541,6 +541,10 @@ def index_command(args: Namespace) -> int:
           f"pieces: {100 * float(s.get('chunks_truncated_share', 0)):.1f}%")
     if (langs := describe_languages(s)) is not None:
         print(langs)
+    from rag.corpus.walk import describe_redactions
+
+    if (redacted := describe_redactions(s)) is not None:
+        print(redacted)
     if s.get("corpus_read"):
         changes = s.get("files_changed")
         if changes is not None:
