@@ -16,7 +16,7 @@ help:
 	@echo "make run        install (first time), fetch Flask 3.1.3, run python -m rag.run"
 	@echo "make test       install with test extras, run the whole test suite"
 	@echo "make test-fast  the edit loop: tests without the integration and slow ones"
-	@echo "make drill      the loopback fault drills (503 tracking server, damaged build, Host, secrets)"
+	@echo "make drill      the loopback fault drills (503 tracking server, damaged build, Host, secrets, soak)"
 	@echo "make report     rewrite reports/ledger.md from mlflow.db"
 	@echo "make docs       build the documentation site into site/ (warnings are errors)"
 	@echo "make peers      install the peers evaluated through rag (semble 0.7.0)"

@@ -18,6 +18,10 @@ Drills (``--only NAME`` runs some):
   Skipped where the service has no host check yet.
 * ``secrets``: a repository with GitHub, Slack and password literals: none may come back from
   ``rag search --json``. Skipped where secrets are not detected by content yet.
+* ``soak``: 2,000 requests to ``rag serve``, 16 at a time, one in five malformed (12 kinds:
+  bad JSON, wrong types, an empty query, NaN, unknown fields, binary, another content type,
+  a GET, a 300 kB query): no 5xx, every valid one 200, every malformed one 4xx, no query text
+  in the server's log; its RSS before and after are printed.
 
 Exit status: 0 when no drill failed (skips allowed), 1 when one did, 2 on a bad option.
 """
@@ -313,6 +317,87 @@ def drill_host_header(work: Path) -> Result:
                   ", ".join(f"Host {k}: {v}" for k, v in statuses.items()))
 
 
+#: the soak: requests in all, at this many at once, one in five malformed (of the kinds below)
+SOAK_REQUESTS, SOAK_CONCURRENCY = 2000, 16
+#: malformed requests (method, path, content type, body): each must be a 4xx, never a 5xx
+MALFORMED = (
+    ("POST", "/search", "application/json", b"{not json"),
+    ("POST", "/search", "application/json", b'{"query": 5}'),
+    ("POST", "/search", "application/json", b'{"query": ""}'),
+    ("POST", "/search", "application/json", b'{"query": "x", "top_k": -3}'),
+    ("POST", "/search", "application/json", b'{"query": "x", "top_k": "many"}'),
+    ("POST", "/search", "application/json", b'{"query": "x", "min_dense": NaN}'),
+    ("POST", "/search", "application/json", b'{"query": "x", "surprise": 1}'),
+    ("POST", "/search", "application/json", b"\xff\xfe\x00binary"),
+    ("POST", "/search", "text/plain", b"query=refund"),
+    ("POST", "/search", "application/json", b"[1, 2, 3]"),
+    ("GET", "/search", "application/json", b""),
+    ("POST", "/search", "application/json", b'{"query": "' + b"x" * 300_000 + b'"}'),
+)
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def drill_soak(work: Path) -> Result:
+    """:data:`SOAK_REQUESTS` requests to a ``rag serve`` on the fixture repository,
+    :data:`SOAK_CONCURRENCY` at a time, one in five malformed (:data:`MALFORMED`): no 5xx, every
+    valid one a 200, every malformed one a 4xx, no query text in the server's log (each valid
+    query carries a marker word), and the server's RSS after against before (printed, not
+    judged: one run is no leak test)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rag.app.serve import process
+
+    log = work / "soak-serve.log"
+    proc, base = process.start([f"corpus.path={work / 'repo'}", "corpus.name=shop"],
+                               env={"RAG_CACHE_DIR": str(work / "cache-soak"),
+                                    "RAG_SEARCH_MODE": "bm25"}, log_path=log)
+    host, port = base.split("//", 1)[1].split(":")
+    marker = "zqxsoakmarker"
+
+    def one(i: int) -> tuple[bool, int]:
+        if i % 5 == 4:
+            method, path, ctype, body = MALFORMED[(i // 5) % len(MALFORMED)]
+        else:
+            method, path, ctype = "POST", "/search", "application/json"
+            body = json.dumps({"query": f"refund order {marker}{i}"}).encode()
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            conn.request(method, path, body=body or None, headers={"Content-Type": ctype})
+            status = conn.getresponse().status
+        except OSError:
+            status = 0
+        finally:
+            conn.close()
+        return i % 5 != 4, status
+
+    try:
+        before = _rss_kb(proc.pid)
+        with ThreadPoolExecutor(SOAK_CONCURRENCY) as pool:
+            got = list(pool.map(one, range(SOAK_REQUESTS)))
+        after = _rss_kb(proc.pid)
+    finally:
+        process.stop(proc)
+    five = sum(1 for _, st in got if st >= 500 or st == 0)
+    bad_valid = sum(1 for valid, st in got if valid and st != 200)
+    bad_malformed = sum(1 for valid, st in got if not valid and not 400 <= st < 500)
+    leaked = marker in log.read_text(encoding="utf-8", errors="replace")
+    ok = not (five or bad_valid or bad_malformed or leaked)
+    rss = (f"RSS {before // 1024} -> {after // 1024} MB" if before and after else "RSS ?")
+    return Result("soak", "PASS" if ok else "FAIL",
+                  f"{len(got)} requests ({len(got) // 5} malformed of {len(MALFORMED)} kinds): "
+                  f"{five} 5xx or no answer, {bad_valid} valid not 200, {bad_malformed} "
+                  f"malformed not 4xx, query text in the log: {'yes' if leaked else 'no'}; {rss}")
+
+
 def drill_secrets(work: Path) -> Result:
     try:
         from rag.corpus import secrets
@@ -342,6 +427,7 @@ DRILLS: dict[str, Callable[[Path], Result]] = {
     "damaged-build": drill_damaged_build,
     "host-header": drill_host_header,
     "secrets": drill_secrets,
+    "soak": drill_soak,
 }
 
 
