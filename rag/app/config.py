@@ -1317,15 +1317,17 @@ def config_dirs(args: list[str]) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def check_config_files(args: list[str]) -> None:
+def check_config_files(args: list[str], *, project: bool = True) -> None:
     """Before Hydra reads any config: every ``*.yaml`` / ``*.yml`` file of
     :func:`config_dirs` passes :func:`check_config_file` (a file of a group that is not
     chosen is checked too: Hydra lists and may read every option of a group).
+    ``project=False``: only the folders the command line adds (what ``rag search`` checks
+    before each composition: the project's own ``conf/`` is not the user's).
 
     Raises:
         ValueError: the first file refused.
     """
-    for folder in config_dirs(args):
+    for folder in config_dirs(args)[0 if project else 1:]:
         if not folder.is_dir():
             continue
         for f in sorted(folder.rglob("*.y*ml")):

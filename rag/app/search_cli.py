@@ -20,10 +20,12 @@ def compose_config(overrides: list[str]):
             ``python -m rag.run`` does), or a value it cannot take.
         hydra.errors.ConfigCompositionException / OmegaConf errors: a bad value.
     """
-    from rag.app.config import (check_override_keys, check_override_values, project_root,
-                            register_configs, validate)
+    from rag.app.config import (check_config_files, check_override_keys, check_override_values,
+                                project_root, register_configs, validate)
     from rag.app.config_cache import compose_cached
 
+    # a folder of the user's (hydra.searchpath=...): an alias bomb there is refused, not hung
+    check_config_files(list(overrides), project=False)
     check_override_keys(list(overrides))
     check_override_values(list(overrides))  # a bad value or group option: one line, exit 2
     conf = project_root() / "conf"

@@ -99,3 +99,12 @@ def test_a_comma_in_a_multirun_is_a_sweep_and_a_list_key_says_how_to_write_a_lis
     check_override_values(["+sweep=routing", "search.top_k=3,5"])
     with pytest.raises(ValueError, match=r"a list is written corpus.exclude=\[a,b\]"):
         check_override_values(["-m", "corpus.exclude=a,b"])
+
+
+def test_rag_search_refuses_a_bomb_in_a_searchpath_group_too(tmp_path):
+    from rag.app.search_cli import compose_config
+
+    (tmp_path / "conf" / "corpus").mkdir(parents=True)
+    (tmp_path / "conf" / "corpus" / "bomb.yaml").write_text(_bomb())
+    with pytest.raises(ValueError, match="bomb.yaml: its YAML aliases expand to"):
+        compose_config(["corpus=bomb", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])
