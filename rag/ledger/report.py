@@ -530,7 +530,13 @@ def render_suites(rows: list[LedgerRow], parents: dict[str, str] | None = None) 
                 p = v.get("mrr_p_holm", v.get("mrr_p"))
                 star = "*" if p is not None and p < 0.05 else ""
                 ptxt = "" if p is None else f", p {'<0.001' if p < 0.001 else f'{p:.3f}'}{star}"
-                return f"{v['mrr']:.3f} ({v['mrr_delta']:+.3f}{ptxt})"
+                from rag.eval.significance import DEFAULT_MARGIN, three_valued_verdict
+
+                word = VERDICT_WORDS[three_valued_verdict(
+                    v["mrr_delta"], margin=DEFAULT_MARGIN, p_holm=p, ci_low=v.get("mrr_ci_low"),
+                    ci_high=v.get("mrr_ci_high"))]  # rag gate's rule; "pass" left unsaid
+                return (f"{v['mrr']:.3f} ({v['mrr_delta']:+.3f}{ptxt})"
+                        + ("" if word == "pass" else f" {word}"))
 
             def macro(m: str) -> str:
                 v = g["macro"].get(m)

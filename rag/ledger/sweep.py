@@ -318,7 +318,7 @@ def suite_summary(rows: list[Any], metrics: tuple[str, ...] = ("mrr", "recall_at
                          if not p.lstrip("+~").startswith("corpus=")) or "(defaults)"
         vals = {m: float(r.metrics[m]) for m in metrics if m in r.metrics}
         vals.update({k: float(v) for k, v in baseline_values(r.metrics).items()
-                     if k in ("mrr_delta", "mrr_p_holm", "mrr_p")})
+                     if k in ("mrr_delta", "mrr_p_holm", "mrr_p", "mrr_ci_low", "mrr_ci_high")})
         groups.setdefault(label, {})[r.experiment] = vals
     every = list(dict.fromkeys(r.experiment for r in rows))  # the suite's corpora
     out = []

@@ -116,7 +116,12 @@ def test_suite_macro_is_absent_when_a_corpus_has_no_row():
     assert table[0]["macro"]["mrr"] == pytest.approx(0.45)
     assert "mrr" not in table[1]["macro"] and table[1]["corpora_with_rows"] == "1/2"
     text = "\n".join(render_suites(rows))
-    assert "| `search.mode=bm25` | 0.700 (+0.100, p 0.010*) | — | n/a (1/2 corpora) |" in text
+    # rag gate's verdict beside a paired comparison: +0.1 past the margin, p (Holm) 0.01
+    assert ("| `search.mode=bm25` | 0.700 (+0.100, p 0.010*) improvement | — | n/a (1/2 "
+            "corpora) |") in text
+    drop = [*rows[:2], row("rag-a", "corpus=a search.mode=bm25", 0.55, 3, mrr_delta=-0.05,
+                           mrr_p_holm=0.3, mrr_ci_low=-0.12, mrr_ci_high=0.02)]
+    assert "0.550 (-0.050, p 0.300) inconclusive |" in "\n".join(render_suites(drop))
 
 
 def test_tsv_topics_mentioning_topic_tags_stay_tsv(tmp_path):
