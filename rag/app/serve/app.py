@@ -582,8 +582,14 @@ def create_app(cfg, index, manifest: dict | None = None, *,
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request, exc: RequestValidationError):
-        """422 naming each bad field and the problem type, never echoing the value."""
+        """422 naming each bad field and the problem type, never echoing the value; a body
+        sent as another content type (curl's default form encoding) is said to be one."""
         errors = list(exc.errors())
+        ctype = request.headers.get("content-type", "")
+        if request.method == "POST" and not ctype.split(";")[0].strip().endswith("json"):
+            errors = [{"loc": ("header", "content-type"), "type": "content_type",
+                       "msg": "the body must be JSON, sent with Content-Type: "
+                              "application/json"}]
         log_event(logging.INFO, {"event": "rejected", "status": 422,
                                  "errors": public_errors(errors, for_log=True)},
                   request_id=_rid(request))

@@ -65,6 +65,12 @@ def test_search_with_overrides_and_validation(client, caplog):
         r = client.post("/search", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][:2] == ["body", field], r.text
         assert "quokka" not in r.text
+    # curl's default form encoding: said to be the content type, not a "dictionary" problem
+    r = client.post("/search", content=b'{"query": "quokka"}',
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 422 and r.json()["detail"] == [
+        {"loc": ["header", "content-type"], "type": "content_type",
+         "msg": "the body must be JSON, sent with Content-Type: application/json"}]
     r = client.post("/search", json={"query": "quokka " * 3_000_000})  # 21 MB
     assert r.status_code == 413 and r.json()["detail"][0]["type"] == "body_too_large"
     assert "quokka" not in r.text
@@ -72,8 +78,9 @@ def test_search_with_overrides_and_validation(client, caplog):
     lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "rag.serve"]
     assert lines and all("query" not in line for line in lines)
     assert any(line.get("query_chars") == len(marker) for line in lines)
-    # topk, mode, "" and the 5000-character query above, then the four above and the 413
-    assert [line["status"] for line in lines if line["event"] == "rejected"] == [422] * 8 + [413]
+    # topk, mode, "" and the 5000-character query above, the four above, the form-encoded
+    # body and the 413
+    assert [line["status"] for line in lines if line["event"] == "rejected"] == [422] * 9 + [413]
     assert "quokka" not in caplog.text
     assert not any(rec.exc_info for rec in caplog.records)
     assert client.get("/health").json()["status"] == "ok"
