@@ -15,8 +15,9 @@ def add_parser(sub):
     p.add_argument("query", help="the question or identifier")
     p.add_argument("--mode", choices=[m.value for m in SearchMode], default=None,
                    help="search.mode (default: the config's, hybrid)")
-    p.add_argument("-r", "--corpus", default=None, metavar="CORPUS",
-                   help="a directory to search (corpus.path), or omit for the default corpus")
+    p.add_argument("-r", "--path", "--corpus", dest="corpus", default=None, metavar="DIR",
+                   help="a directory to search (corpus.path; --path as rag index and rag golden "
+                        "spell it), or omit for the default corpus")
     p.add_argument("--top-k", type=int, default=None, help="search.top_k (default 8)")
     p.add_argument("--types", nargs="+", default=None, metavar="T", choices=CATEGORIES,
                    help="only these document categories (applied before scoring)")
