@@ -440,10 +440,11 @@ def index_info(manifest: dict[str, Any], *, max_age_h: float, now: float | None 
 
     src = manifest.get("source") or {}
     if "built_at" not in manifest:
-        return {"version": None, "built_at": None, "age_s": None, "stale": None,
-                "commit": None, "dirty": None}
+        return {"build_id": manifest.get("build_id"), "version": None, "built_at": None,
+                "age_s": None, "stale": None, "commit": None, "dirty": None}
     age = age_hours(manifest, now)
-    return {"version": manifest["build_id"], "built_at": manifest["built_at"],
+    return {"build_id": manifest["build_id"], "version": manifest["build_id"],
+            "built_at": manifest["built_at"],
             "age_s": round(age * 3600, 1), "stale": age > float(max_age_h),
             "commit": src.get("commit"), "dirty": src.get("dirty")}
 
