@@ -331,8 +331,11 @@ class RerankConfig:
 
 
 class AbstainSignal(str, Enum):
-    """What abstention reads: the top dense cosine (three bands), or the learned gate."""
+    """What abstention reads: the top dense cosine (three bands), the learned gate, or
+    ``auto``: the calibration's learned gate when it has one that the run can measure and no
+    band is given, else the top dense cosine."""
 
+    auto = "auto"
     top_dense = "top_dense"
     learned = "learned"
 
@@ -345,7 +348,9 @@ class AbstainConfig:
 
     ``signal: top_dense`` bands the query's top dense cosine at ``min_dense`` / ``weak_dense``.
     ``signal: learned`` bands the learned gate's P(answerable) at the thresholds chosen when it
-    was fitted; it needs ``calibration``.
+    was fitted; it needs ``calibration``. ``signal: auto`` (the default) is ``learned`` when
+    the calibration in force carries a learned gate whose signals the run measures and no band
+    is given, else ``top_dense``.
 
     ``calibration`` (a ledger run id, a unique prefix, or a calibration.json path) applies the
     thresholds fitted on another row (its ``suggested_min_dense`` / ``suggested_weak_dense``,
@@ -361,12 +366,15 @@ class AbstainConfig:
     for the thresholds this row *suggests* (rag/eval/abstention.py).
     """
 
-    signal: AbstainSignal = AbstainSignal.top_dense
+    signal: AbstainSignal = AbstainSignal.auto
     min_dense: Optional[float] = None
     weak_dense: Optional[float] = None
     target_false_weak: float = DEFAULT_TARGET_FALSE_WEAK
     target_dropped: float = DEFAULT_TARGET_DROPPED
     calibration: Optional[str] = "auto"
+    # a returned chunk defining the identifier the query names (the ranking stage's answering
+    # features: rag/search/ranking/features/definition.py) exempts the query from abstention
+    trust_definitions: bool = True
 
     @staticmethod
     def resolved_bands(a: Any) -> tuple[float, float]:

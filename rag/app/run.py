@@ -619,7 +619,7 @@ def prepare(cfg: DictConfig, *, root: Path, golden_dir: Path, dataset_tags: dict
     options, gate, abstention_tags = abstention_setup(
         cfg, SearchOptions.from_config(cfg), calibration, model_id=embedder.model_id,
         golden_fingerprint=golden.fingerprint, has_reranker=reranker is not None,
-        has_dense=index.dense is not None)
+        has_dense=index.dense is not None, has_lexical=index.bm25 is not None)
     return Prepared(embedder=embedder, index=index, golden=golden, reranker=reranker,
                     options=options, abstention_tags=abstention_tags,
                     pipeline=SearchPipeline(index, options, reranker=reranker, gate=gate),

@@ -417,7 +417,8 @@ def search_abstention(cfg, index, *, has_reranker: bool = False):
                   file=sys.stderr)
         options, gate, _ = abstention_setup(
             cfg, SearchOptions.from_config(cfg), cal, model_id=model_id,
-            golden_fingerprint="", has_reranker=has_reranker, has_dense=dense is not None)
+            golden_fingerprint="", has_reranker=has_reranker, has_dense=dense is not None,
+            has_lexical=getattr(index, "bm25", None) is not None)
         return options, gate
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)

@@ -288,7 +288,8 @@ def fit_learned_gate(features: dict[str, np.ndarray], y: np.ndarray, *, seed: in
 def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
                          target_false_weak: float = DEFAULT_TARGET_FALSE_WEAK,
                          target_dropped: float = DEFAULT_TARGET_DROPPED, seed: int = 0,
-                         n_boot: int = N_BOOT, bands_on_top_dense: bool = True) -> dict[str, Any]:
+                         n_boot: int = N_BOOT, bands_on_top_dense: bool = True,
+                         gate_features: Sequence[str] | None = None) -> dict[str, Any]:
     """Calibrate every available signal and the learned combination from per-query rows.
 
     Args:
@@ -299,6 +300,8 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
             query routed to BM25 alone; ``top_dense`` is then calibrated as applied — such a
             query counts as never flagged — so its chosen threshold achieves the stated rates
             when used as ``weak_dense``. The learned gate's features use the raw values.
+        gate_features: the signals the learned gate reads (None: every signal measured on
+            every query).
 
     Returns:
         JSON-ready: ``rule``, targets, ``signals`` (name -> :func:`calibrate_signal`, plus
@@ -336,7 +339,13 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
                 f"{int(skipped[len(pos_rows):].sum())} negatives routed to BM25 alone count as "
                 "never flagged")
     y = np.concatenate([np.ones(len(pos_rows)), np.zeros(len(neg_rows))])
-    fitted = fit_learned_gate(complete, y, seed=seed) if len(complete) >= 2 else None
+    if gate_features is not None:
+        unmeasured = [f for f in gate_features if f not in complete]
+        if unmeasured:
+            raise ValueError(f"gate signal(s) {unmeasured} are not measured on every query "
+                             f"(measured: {sorted(complete)})")
+    gate_in = complete if gate_features is None else {f: complete[f] for f in gate_features}
+    fitted = fit_learned_gate(gate_in, y, seed=seed) if len(gate_in) >= 2 else None
     if fitted is not None:
         gate, oof, folds = fitted
         cal = calibrate_signal(oof[:len(pos_rows)], oof[len(pos_rows):],

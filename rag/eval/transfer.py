@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rag.search.signals import LearnedGate
+from rag.search.signals import DENSE_SIGNALS, LEXICAL_SIGNALS, LearnedGate
 
 
 class TransferError(ValueError):
@@ -39,7 +39,8 @@ class Calibration:
         return p if isinstance(p, dict) else {}
 
 
-def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool) -> LearnedGate:
+def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool,
+              has_lexical: bool = True) -> LearnedGate:
     """The learned gate of ``cal``, checked against what this run measures.
 
     Raises:
@@ -54,12 +55,25 @@ def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool
         raise TransferError(f"abstain.calibration={ref!r}: {exc}") from None
     missing = [f for f in gate.features
                if (f == "top_rerank" and not has_reranker)
-               or (f in ("top_dense", "dense_margin", "channel_agreement") and not has_dense)]
+               or (f in DENSE_SIGNALS and not has_dense)
+               or (f in LEXICAL_SIGNALS and not has_lexical)]
     if missing:
         raise TransferError(f"abstain.calibration={ref!r}: its learned gate reads {missing}, "
                             "which this run does not measure (top_rerank needs a reranker, the "
-                            "dense signals a dense channel); a gate never fills in a signal")
+                            "dense signals a dense channel, the lexical ones a BM25 index); a "
+                            "gate never fills in a signal")
     return gate
+
+
+def _usable_gate(cal: Calibration, **measured: bool) -> bool:
+    """Whether ``cal`` carries a well-formed learned gate whose signals this run measures."""
+    if "learned_gate" not in cal.data:
+        return False
+    try:
+        gate_from(cal, "auto", **measured)
+    except TransferError:
+        return False
+    return True
 
 
 def dense_bands(cal: Calibration, ref: str) -> tuple[float, float]:
@@ -111,7 +125,7 @@ def _threshold_tag(v: float | None) -> str:
 
 
 def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: str,
-                     has_reranker: bool, has_dense: bool):
+                     has_reranker: bool, has_dense: bool, has_lexical: bool = True):
     """(search options, learned gate or None, tags) with the abstention the config asks for.
 
     ``cal`` (a :class:`rag.eval.transfer.Calibration`, loaded before any indexing) is None:
@@ -127,6 +141,12 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
 
     a = cfg.abstain
     signal = str(getattr(a.signal, "value", a.signal))
+    if signal == "auto":  # the calibration's gate when it has a usable one and no band is given
+        signal = "learned" if (cal is not None and a.get("min_dense") is None
+                               and a.get("weak_dense") is None
+                               and _usable_gate(cal, has_reranker=has_reranker,
+                                                has_dense=has_dense,
+                                                has_lexical=has_lexical)) else "top_dense"
     tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
     if a.get("min_dense") is not None and a.get("weak_dense") is not None and signal != "learned":
         cal = None  # both bands given: they win over the shipped calibration (auto)
@@ -145,7 +165,8 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
     try:
         check_model(cal, ref, model_id)
         if signal == "learned":
-            gate = gate_from(cal, ref, has_reranker=has_reranker, has_dense=has_dense)
+            gate = gate_from(cal, ref, has_reranker=has_reranker, has_dense=has_dense,
+                             has_lexical=has_lexical)
             tags.update(abstain_min=_threshold_tag(gate.min_score), abstain_weak=_threshold_tag(gate.weak_score),
                         abstain_gate_features=",".join(gate.features))
             return options, gate, tags

@@ -78,10 +78,68 @@ def _commit() -> str | None:
     return p.stdout.strip() or None
 
 
+def _rates(scores: Sequence[float], rows: Sequence[dict[str, Any]], weak: float | None,
+           drop: float | None) -> dict[str, float]:
+    """abstain (negatives below ``weak``), false_weak and dropped (positives below ``weak`` /
+    ``drop``) of one held-out corpus; a None threshold flags nothing."""
+    pos = [s for s, r in zip(scores, rows) if r["kind"] == "positive"]
+    neg = [s for s, r in zip(scores, rows) if r["kind"] == "negative"]
+
+    def share(values: list[float], t: float | None) -> float:
+        return 0.0 if t is None or not values else sum(v < t for v in values) / len(values)
+
+    return {"abstain_rate": share(neg, weak), "false_weak_rate": share(pos, weak),
+            "dropped_rate": share(pos, drop)}
+
+
+def leave_one_corpus_out(per_row: Sequence[tuple[dict[str, Any], list[dict[str, Any]]]], *,
+                         target_false_weak: float, target_dropped: float,
+                         gate_features: Sequence[str] | None, seed: int = 0
+                         ) -> list[dict[str, Any]]:
+    """How the pooled rule transfers: per row, calibrate on the *other* rows' queries and
+    apply the dense bands and the learned gate to this row's queries (the bands as they act:
+    a query routed to BM25 alone is never flagged).
+
+    Args:
+        per_row: (the row's ``fitted_on`` entry, its per-query rows), two or more.
+
+    Returns:
+        per row: run_id, corpus, and ``bands`` / ``learned`` -> abstain_rate, false_weak_rate,
+        dropped_rate (``learned`` absent when no gate could be fitted on the others).
+    """
+    from rag.eval.abstention import calibrate_abstention
+    from rag.search.signals import LearnedGate
+
+    out = []
+    for i, (entry, held) in enumerate(per_row):
+        train = [r for j, (_, rows) in enumerate(per_row) if j != i for r in rows]
+        cal = calibrate_abstention(train, target_false_weak=target_false_weak,
+                                   target_dropped=target_dropped, seed=seed, n_boot=0,
+                                   gate_features=gate_features)
+        res: dict[str, Any] = {"run_id": entry["run_id"], "corpus": entry["corpus"]}
+        if "suggested_weak_dense" in cal and all(r["top_dense"] is not None for r in held):
+            applied = [float("inf") if r["route"] == "bm25" else r["top_dense"] for r in held]
+            res["bands"] = _rates(applied, held, cal["suggested_weak_dense"],
+                                  cal["suggested_min_dense"])
+        if "learned_gate" in cal:
+            gate = LearnedGate.from_dict(cal["learned_gate"])
+            if all(r.get(f) is not None for r in held for f in gate.features):
+                res["learned"] = _rates([gate.probability(r) for r in held], held,
+                                        gate.weak_score, gate.min_score)
+        out.append(res)
+    return out
+
+
 def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: float,
-                       target_dropped: float, seed: int = 0) -> dict[str, Any]:
+                       target_dropped: float, seed: int = 0,
+                       gate_features: Sequence[str] | None = None) -> dict[str, Any]:
     """The calibration (rag/eval/abstention.py) of the queries of every row of ``refs``
-    pooled, with ``provenance`` (module docstring).
+    pooled, with ``provenance`` (module docstring) and, with two rows or more,
+    ``leave_one_corpus_out`` (:func:`leave_one_corpus_out`).
+
+    Args:
+        gate_features: the signals the learned gate reads (None: every signal measured on
+            every query of every row).
 
     Raises:
         CalibrateError: fewer than one row, a row twice, rows of different embedders or
@@ -97,6 +155,7 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
     if len(set(ids)) != len(ids):
         raise CalibrateError("a row is given twice")
     rows: list[dict[str, Any]] = []
+    per_row: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     fitted_on, models, corpora = [], set(), []
     for rid in ids:
         tags = dict(ledger.client.get_run(rid).data.tags)
@@ -118,6 +177,7 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
                           "golden_fingerprint": tags.get("golden_fingerprint"),
                           "search_mode": tags.get("search_mode"),
                           "n_positives": n_pos, "n_negatives": n_neg})
+        per_row.append((fitted_on[-1], got))
         rows += got
     if len(models) != 1:
         raise CalibrateError("the rows were embedded by different models ("
@@ -131,8 +191,12 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
     if twice:
         raise CalibrateError(f"golden set {twice[0][:12]} is given twice (rows of two corpus "
                              "versions with one label set): its queries would count twice")
-    cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
-                               target_dropped=target_dropped, seed=seed)
+    try:
+        cal = calibrate_abstention(rows, target_false_weak=target_false_weak,
+                                   target_dropped=target_dropped, seed=seed,
+                                   gate_features=gate_features)
+    except ValueError as exc:
+        raise CalibrateError(str(exc)) from None
     if "top_dense" not in cal.get("signals", {}):
         raise CalibrateError("the rows do not measure top_dense on every query (a finite "
                              "cosine for each positive and negative): no dense bands to fit")
@@ -142,8 +206,13 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
         "golden_fingerprints": [f["golden_fingerprint"] for f in fitted_on],
         "pooling": "every row's queries together, each once (a corpus weighs by its queries)",
         "abstain_signal": "top_dense", "written_by": "rag golden calibrate",
+        "gate_features": (cal.get("learned_gate") or {}).get("features"),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rag_commit": _commit()}
+    if len(per_row) >= 2:
+        cal["leave_one_corpus_out"] = leave_one_corpus_out(
+            per_row, target_false_weak=target_false_weak, target_dropped=target_dropped,
+            gate_features=gate_features, seed=seed)
     return cal
 
 
@@ -175,6 +244,12 @@ def add_calibrate_parser(acts: Any) -> None:
                         f"{DEFAULT_TARGET_FALSE_WEAK:g})")
     p.add_argument("--target-dropped", type=float, default=DEFAULT_TARGET_DROPPED,
                    help=f"the drop floor's bound (default {DEFAULT_TARGET_DROPPED:g})")
+    from rag.search.signals import SIGNALS
+
+    p.add_argument("--gate-signal", action="append", choices=SIGNALS, metavar="SIGNAL",
+                   dest="gate_signals",
+                   help="a signal the learned gate reads (repeatable; default every signal "
+                        f"measured on every query; one of {', '.join(SIGNALS)})")
     p.add_argument("--json", action="store_true", help="print the calibration as JSON")
     add_tracking_uri_argument(p)
 
@@ -199,7 +274,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
                                  + ("it is a directory" if out.is_dir() else "not a regular file"))
         ledger = Ledger(default_tracking_uri(args.tracking_uri), create=False)
         cal = pooled_calibration(ledger, args.run, target_false_weak=args.target_false_weak,
-                                 target_dropped=args.target_dropped)
+                                 target_dropped=args.target_dropped,
+                                 gate_features=args.gate_signals)
         write_text_replacing(out, json.dumps(cal, indent=2) + "\n")
     except (CalibrateError, LookupError, LedgerError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -220,4 +296,19 @@ def calibrate_command(args: argparse.Namespace) -> int:
               f"{c['abstain_rate']:.3f}, false_weak {c['false_weak_rate']:.3f}"
               + (f" ({cv['folds']}-fold cross-validated: abstain {cv['abstain_rate']:.3f}, false_weak "
                  f"{cv['false_weak_rate']:.3f})" if cv else ""))
+    learned = cal["signals"].get("learned")
+    if learned is not None:
+        gate = cal["learned_gate"]
+        print(f"  learned gate over {', '.join(gate['features'])}: weak < "
+              f"{gate['weak_score']:.4f}, drop < {gate['min_score']:.4f}: pooled abstain "
+              f"{learned['weak']['abstain_rate']:.3f}, false_weak "
+              f"{learned['weak']['false_weak_rate']:.3f} (out-of-fold)"
+              if gate["weak_score"] is not None and gate["min_score"] is not None else
+              f"  learned gate over {', '.join(gate['features'])}: {learned['message']}")
+    for held in cal.get("leave_one_corpus_out", []):
+        parts = [f"{kind} abstain {r['abstain_rate']:.3f}, false_weak {r['false_weak_rate']:.3f}, "
+                 f"dropped {r['dropped_rate']:.3f}"
+                 for kind in ("bands", "learned") if (r := held.get(kind))]
+        print(f"  {held['corpus']} ({held['run_id'][:8]}) calibrated on the other rows only: "
+              + "; ".join(parts))
     return 0

@@ -49,6 +49,10 @@ class BM25Scorer(Protocol):
         """Number of chunks that hold ``token`` (0 when it is not in the corpus)."""
         ...
 
+    def term_doc_freqs(self) -> dict[str, int]:
+        """Every indexed token -> the number of chunks that hold it (each > 0)."""
+        ...
+
 
 class Bm25sScorer:
     """bm25s backend (method ``robertson``): bm25s builds the eager score matrix, this class
@@ -164,6 +168,11 @@ class Bm25sScorer:
             return 0
         return int(self._indptr[tid + 1] - self._indptr[tid])
 
+    def term_doc_freqs(self) -> dict[str, int]:
+        """Every token -> its :meth:`doc_freq` (the column lengths of the score matrix)."""
+        counts = np.diff(np.asarray(self._indptr))
+        return {t: int(counts[i]) for t, i in self._vocab.items() if counts[i] > 0}
+
 
 def _check_csc(data: Any, indices: Any, indptr: Any, *, n_tokens: int, n_docs: Any,
                scale: Any) -> None:
@@ -237,6 +246,15 @@ class RankBM25Scorer:
         if token not in self._model.idf:
             return 0
         return sum(1 for freqs in self._model.doc_freqs if token in freqs)
+
+    def term_doc_freqs(self) -> dict[str, int]:
+        """Every token -> the number of chunks that hold it (one pass over the chunks)."""
+        from collections import Counter
+
+        counts: Counter[str] = Counter()
+        for freqs in self._model.doc_freqs:
+            counts.update(freqs.keys())
+        return dict(counts)
 
 
 #: ``bm25.idf`` -> the bm25s method: ``okapi`` (Robertson's, floored at 0: rank_bm25 parity)
@@ -348,6 +366,10 @@ class BM25Channel:
         return {"backend": self.backend, "k1": float(self.k1), "b": float(self.b),
                 "tokenizer": self.tokenizer, "idf": self.idf, "path_field": self.path_field,
                 "files": files}
+
+    def tokens(self, text: str) -> list[str]:
+        """``text`` as this channel's tokenizer (``bm25.tokenizer``) splits it."""
+        return self._tokenize(text)
 
     def score(self, query: str, *, timings: dict[str, float] | None = None) -> np.ndarray:
         """BM25 score of every chunk for ``query``, shape (n_chunks,)."""

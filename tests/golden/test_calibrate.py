@@ -71,6 +71,29 @@ def test_the_rule_on_the_pooled_queries(ledger):
     assert "oof_learned" not in cal
 
 
+def test_leave_one_corpus_out_applies_the_others_bands(ledger):
+    led, ids = ledger
+    cal = pooled_calibration(led, [ids["a"], ids["b"]], target_false_weak=0.15,
+                             target_dropped=0.0)
+    held = {h["corpus"]: h["bands"] for h in cal["leave_one_corpus_out"]}
+    # alpha held out, fitted on beta (positives .9 .65, negatives .55 .42 .1): no positive may
+    # be flagged, so both bands sit at the midpoint of .55 and .65; on alpha's positives .8 .7
+    # .6 .5 .4 it flags those below it, and both negatives .3 .2
+    t = (0.55 + 0.65) / 2  # 0.6000000000000001 in binary floating point: .6 is below it
+    share = sum(v < t for v in (0.8, 0.7, 0.6, 0.5, 0.4)) / 5
+    assert share == 0.6
+    assert held["alpha"] == {"abstain_rate": 1.0, "false_weak_rate": share, "dropped_rate": share}
+    # beta held out, fitted on alpha: 0.35 (between .3 and .4) flags only beta's .1
+    assert held["beta"] == {"abstain_rate": pytest.approx(1 / 3), "false_weak_rate": 0.0,
+                            "dropped_rate": 0.0}
+    # one row alone has no other to be fitted on
+    assert "leave_one_corpus_out" not in pooled_calibration(
+        led, [ids["a"]], target_false_weak=0.15, target_dropped=0.0)
+    with pytest.raises(CalibrateError, match=r"\['term_coverage'\] are not measured"):
+        pooled_calibration(led, [ids["a"], ids["b"]], target_false_weak=0.15,
+                           target_dropped=0.0, gate_features=["top_dense", "term_coverage"])
+
+
 @pytest.mark.parametrize("rows,why", [
     (["a", "nonegs"], "has no negative query"),
     (["a", "other"], "embedded by different models"),

@@ -69,6 +69,25 @@ def test_bands_drop_and_flag(index):
     assert not normal.weak_match  # top == weak_dense is the normal band
 
 
+def test_a_returned_definition_of_the_queried_identifier_is_never_abstained_on(index):
+    from rag.search.ranking import RankingOptions
+
+    def run(query, trust):
+        return SearchPipeline(index, SearchOptions(
+            mode="hybrid", min_dense=0.99, weak_dense=0.995, ranking=RankingOptions(),
+            trust_definitions=trust)).search(query)
+
+    # every top cosine is < 0.99: without the rule the identifier lookup is dropped
+    off = run("handleAuthCallback", False)
+    assert off.hits == [] and off.dropped == 8
+    on = run("handleAuthCallback", True)
+    assert on.hits[0].symbol == "handleAuthCallback" and on.hits[0].scores["rank:definition"] > 0
+    assert not on.weak_match and on.dropped == 0
+    # a name the corpus does not define, and prose, still abstain
+    assert run("handleRefundWebhook", True).hits == []
+    assert run("who won the football world cup", True).hits == []
+
+
 def test_ranked_runs_to_depth_distinct_paths(index):
     p = SearchPipeline(index, SearchOptions(mode="dense", top_k=2, min_dense=0.0, weak_dense=0.0))
     res = p.search("shop", depth=3)

@@ -45,6 +45,9 @@ class Feature(Protocol):
         name: the registry name, the key ``ranking.weights`` sets and the per-hit score key
             (``Hit.scores["rank:<name>"]``).
         combine: ``add`` or ``scale`` (module docstring).
+        answers: a returned chunk this feature scores above 0 is evidence that the corpus
+            answers the query (a definition of the queried identifier), so abstention never
+            flags or drops it under ``abstain.trust_definitions`` (optional; default False).
     """
 
     name: str

@@ -50,6 +50,12 @@ class RankingStage:
             self.model = model_at(options.model)
 
     @property
+    def answering_keys(self) -> tuple[str, ...]:
+        """The per-hit score keys of the features that run and whose match answers a query
+        (:attr:`rag.search.ranking.feature.Feature.answers`)."""
+        return tuple(SCORE_PREFIX + f.name for f in self.features if getattr(f, "answers", False))
+
+    @property
     def score_keys(self) -> tuple[str, ...]:
         """The per-hit score keys this stage fills: one per feature that runs, then
         ``ranking``."""

@@ -41,6 +41,8 @@ def definition_values(ctx: RankingContext, names: frozenset[str], *, scan: bool,
 class Definition:
     name = "definition"
     combine = "add"
+    # a returned definition of the queried name answers it (abstain.trust_definitions)
+    answers = True
 
     def compute(self, ctx: RankingContext) -> dict[int, float]:
         """See the module docstring."""
