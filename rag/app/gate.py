@@ -216,6 +216,7 @@ class Side:
         metrics: row metric name -> value (an expectation's pinned values).
         per_query: its positives' per-query table indexed by query id, or None (an
             expectation that pins none).
+        negatives: its negatives' per-query table (None: no table, or no negative).
     """
 
     label: str
@@ -227,6 +228,14 @@ class Side:
     overrides: list[str]
     metrics: dict[str, float]
     per_query: Any = None
+    negatives: Any = None
+
+    def table(self, metric: str) -> Any:
+        """The per-query table ``metric`` is a mean over: the negatives' for an abstention
+        metric (:func:`rag.eval.measures.over_negatives`), else the positives'."""
+        from rag.eval.measures import over_negatives
+
+        return self.negatives if over_negatives(metric) else self.per_query
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready identity (no tables)."""
@@ -234,6 +243,20 @@ class Side:
                 "golden_fingerprint": self.golden_fingerprint,
                 "corpus_fingerprint": self.corpus_fingerprint, "overrides": self.overrides,
                 "per_query": self.per_query is not None}
+
+
+def _negatives(csv_text: str, where: str) -> Any:
+    """The negatives of a per-query table (None when it has none)."""
+    from rag.ledger.sweep import per_query_frame
+
+    try:
+        frame = per_query_frame(csv_text, kind="negative")
+    except (KeyError, ValueError) as exc:
+        raise GateError(f"{where} is not a per-query table ({exc})") from None
+    if frame.index.duplicated().any():
+        raise GateError(f"{where} lists negative {frame.index[frame.index.duplicated()][0]!r} "
+                        "more than once (an unreadable per-query table)")
+    return None if frame.empty else frame
 
 
 def _frame(csv_text: str, where: str) -> Any:
@@ -277,7 +300,9 @@ def expected_side(path: Path) -> Side:
                 golden_fingerprint=known(header.get("golden_fingerprint")),
                 corpus_fingerprint=known(header.get("corpus_fingerprint")),
                 overrides=[str(o) for o in header.get("overrides") or []],
-                metrics={e.metric: e.value for e in expectations}, per_query=frame)
+                metrics={e.metric: e.value for e in expectations}, per_query=frame,
+                negatives=(_negatives(pinned, f"{path}: per_query: {header.get('per_query')}")
+                           if pinned is not None else None))
 
 
 def row_side(ledger: Any, ref: str) -> Side:
@@ -304,7 +329,8 @@ def row_side(ledger: Any, ref: str) -> Side:
                 golden_fingerprint=tags.get("golden_fingerprint"),
                 corpus_fingerprint=tags.get("corpus_fingerprint"), overrides=overrides,
                 metrics={k: float(v) for k, v in run.data.metrics.items()},
-                per_query=_frame(text, f"per_query.csv of row {run_id[:8]}"))
+                per_query=_frame(text, f"per_query.csv of row {run_id[:8]}"),
+                negatives=_negatives(text, f"per_query.csv of row {run_id[:8]}"))
 
 
 def is_expectation(ref: str) -> bool:
@@ -394,8 +420,9 @@ def coverage_lost(base: Side, cand: Side, options: GateOptions) -> list[dict[str
                  for t in _tags_of(base.per_query) if t not in have]
 
     def has(side: Side, m: str) -> bool:
-        return m in side.metrics or (side.per_query is not None
-                                     and per_query_values(side.per_query, m) is not None)
+        table = side.table(m)
+        return m in side.metrics or (table is not None
+                                     and per_query_values(table, m) is not None)
 
     lost += [{"kind": "metric", "name": m, "why": "missing"} for m in options.metrics
              if has(base, m) and not has(cand, m)]
@@ -510,19 +537,28 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
                                 f"(tags: {', '.join(tags) or 'none'})")
             tags = list(options.tags)
         targets += [(tag_metric(t, m), t) for t in tags for m in options.metrics]
+    from rag.eval.measures import over_negatives
+
     checks = []
     for name, tag in targets:
         base_metric = (split_tag_metric(name) or (None, name))[1]
+        negative = over_negatives(base_metric)  # abstention: paired over the negatives
+        if negative and tag is not None:
+            continue  # tags are the positives'
         common_ids = common
-        if common is not None and tag is not None:
+        if negative:
+            common_ids = (base.negatives.index.intersection(cand.negatives.index)
+                          if base.negatives is not None and cand.negatives is not None
+                          else None)
+        elif common is not None and tag is not None:
             from rag.eval.attribution import split_tags
 
             tagged = base.per_query.loc[common, "tags"].map(lambda v: tag in split_tags(v))
             common_ids = common[tagged.to_numpy()]
-        va = (per_query_values(base.per_query, base_metric, where=base.label)
-              if common is not None else None)
-        vb = (per_query_values(cand.per_query, base_metric, where=cand.label)
-              if common is not None else None)
+        va = (per_query_values(base.table(base_metric), base_metric, where=base.label)
+              if common_ids is not None else None)
+        vb = (per_query_values(cand.table(base_metric), base_metric, where=cand.label)
+              if common_ids is not None else None)
         kw = dict(metric=name, tag=tag, margin=options.margin_for(name),
                   lower_is_better=lower_is_better(name),
                   mode="superiority" if options.is_superiority(name) else "non_inferiority")
@@ -548,6 +584,9 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
             checks.append(Check(baseline=a_val, candidate=b_val, delta=b_val - a_val, **kw))
         elif tag is None and options.coverage and (name in base.metrics or va is not None):
             continue  # the candidate lacks it: the coverage guard fails the gate by name
+        elif negative:
+            where = base.label if name not in base.metrics else cand.label
+            notes.append(f"{name}: not gated ({where} has no negative query)")
         elif tag is None:
             where = base.label if name not in base.metrics else cand.label
             raise GateError(f"cannot compare: {where} has no metric {name!r} (and no "

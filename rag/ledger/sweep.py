@@ -173,11 +173,12 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-def per_query_frame(csv_text: str) -> pd.DataFrame:
-    """The positives of a per_query.csv artifact, indexed by query id."""
+def per_query_frame(csv_text: str, kind: str = "positive") -> pd.DataFrame:
+    """The positives (``kind="negative"``: the negatives) of a per_query.csv artifact, indexed
+    by query id."""
     df = pd.read_csv(io.StringIO(csv_text), dtype={"query_id": str}, keep_default_na=False,
                      na_values={"first_relevant_rank": [""]})
-    return df[df["kind"] == "positive"].set_index("query_id")
+    return df[df["kind"] == kind].set_index("query_id")
 
 
 def compare_per_query(baseline: pd.DataFrame, job: pd.DataFrame, *, seed: int = 0,

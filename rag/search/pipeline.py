@@ -115,6 +115,10 @@ class SearchPipeline:
         self.reranker = reranker
         self.gate = gate
         self.ranking = RankingStage(options.ranking) if options.ranking.enabled else None
+        from rag.search.signals import DENSE_SIGNALS
+
+        self._gate_reads_dense = gate is not None and any(f in DENSE_SIGNALS
+                                                          for f in gate.features)
 
     def _signals(self, query: str, dense_scores, bm25_scores, allowed, top_rerank,
                  precomputed=None):
@@ -275,7 +279,10 @@ class SearchPipeline:
         if top_dense is not None and not np.isfinite(top_dense):
             top_dense = None
         signals = gate_score = None
-        if self.gate is not None:
+        if self.gate is not None and (dense_scores is not None or not self._gate_reads_dense):
+            # like the dense bands, a gate reading dense signals acts only where the route ran
+            # the dense channel: a BM25 route (``--mode bm25``, symbols under ``auto``) is
+            # never flagged
             signals = self._signals(query, dense_scores, bm25_scores, allowed, top_rerank,
                                     precomputed)
             gate_score = self.gate.probability(signals)

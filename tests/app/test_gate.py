@@ -406,6 +406,32 @@ def cases(root):
             for c in root.iter("testcase")]
 
 
+def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys, tmp_path):
+    uri, ids, _, row = store
+
+    def with_negatives(abstained):
+        out = table().reset_index()
+        out["abstained"] = ""  # a positive's cell is empty, as rag.app.run writes it
+        for i, a in enumerate(abstained):
+            out.loc[len(out)] = {"query_id": f"neg-{i}", "kind": "negative",
+                                 "tags": "off_topic", "abstained": a,
+                                 "returned_as": "dropped" if a else "returned"}
+        return out.to_csv(index=False)
+
+    base = row("abstains", table(), csv=with_negatives([True] * 10))
+    same = row("abstains_too", table(), csv=with_negatives([True] * 10))
+    lost = row("never_abstains", table(), csv=with_negatives([False] * 10))
+    code, *_, root, md = gate([base, same, "--tracking-uri", uri], capsys, tmp_path)
+    assert code == EXIT_PASS and ("abstain_rate", False, False) in cases(root)
+    code, out, err, root, md = gate([base, lost, "--tracking-uri", uri], capsys, tmp_path)
+    # the same positives, every one of 10 negatives now answered: paired over the negatives,
+    # p = 2 / 2^10 (exact sign-flip) ~ 0.002, Holm x 5 checks < 0.05
+    assert code == EXIT_REGRESSION, out
+    assert ("abstain_rate", True, False) in cases(root) and sum(f for _, f, _ in cases(root)) == 1
+    line = next(ln for ln in md.splitlines() if ln.startswith("| `abstain_rate`"))
+    assert "| 1.0000 | 0.0000 | -1.0000 |" in line and "| 10 |" in line
+
+
 @pytest.mark.slow
 def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_path):
     uri, ids, _, _ = store
@@ -413,10 +439,12 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
                                     tmp_path)
     assert code == EXIT_PASS and err == []
     assert out.startswith("rag gate: pass (0 regression(s), 0 improvement(s)); summary in ")
-    # 4 metric checks, the per-query guard and the coverage guard
+    # 4 metric checks, the per-query guard and the coverage guard (the rows' one negative
+    # records no abstention: abstain_rate is noted, not gated)
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "0", "0")
+    positives_metrics = [m for m in GateOptions().metrics if m != "abstain_rate"]
     assert cases(root) == [(m, False, False)
-                           for m in (*GateOptions().metrics, "severe_drops", "coverage")]
+                           for m in (*positives_metrics, "severe_drops", "coverage")]
     assert md.startswith("## rag gate: PASS\n")
     assert f"- baseline: row {ids['base'][:8]} (corpus shop, golden set g1)" in md
     assert md.count("| within margin |") == 4
@@ -448,7 +476,7 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
     assert isinstance(j["changed_queries"], list) and len(j["changed_queries"]) == 10
     assert j["changed_queries"][0]["tags"] == ["prose"]
     assert j["lost_at"]["candidate"]["returned"] == 10
-    assert [c["metric"] for c in j["checks"]] == list(GateOptions().metrics)
+    assert [c["metric"] for c in j["checks"]] == positives_metrics  # no negative abstains
     # and a margin that allows it passes
     assert main(["gate", ids["base"], ids["drop"], "--tracking-uri", uri, "--margin",
                  "mrr=0.5"]) == 0
@@ -586,7 +614,8 @@ def test_metric_options_are_checked_and_de_duplicated(store, capsys):
                                              "not gated by name; give --metrics mrr --tags prose"),
             (["--metrics", "mrr,tag.nosuch.mrr"], "--tags nosuch (or --per-tag"),
             (["--margin", "mmr=0.05"], "--margin 'mmr=0.05': mmr is not a gated metric (gated: "
-                                       "mrr, recall_at_8, ndcg_at_10, answer_support_rate)"),
+                                       "mrr, recall_at_8, ndcg_at_10, answer_support_rate, "
+                                       "abstain_rate)"),
             (["--margin", "=0.1"], "--margin '=0.1': (empty) is not a gated metric"),
             (["--margin", "mrr=0.1=0.2"], "mrr=0.1 is not a gated metric"),
             (["--metrics", "mrr", "--margin", "ndcg_at_10=0.1"], "(gated: mrr)")]:
@@ -706,9 +735,9 @@ def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, ca
     code, _, err, root, md = gate([ids["hybrid"], ids["again"], "--tracking-uri", uri, "--per-tag"],
                                   capsys, tmp_path)
     assert code == EXIT_PASS and err == []
-    # 4 metrics x (headline + money, prose, symbol)
-    assert (root.get("tests"), root.get("failures")) == ("18", "0")  # and the two guards
-    assert md.count("| within margin |") == 16 and "positives changed" not in md
+    # 4 metrics x (headline + money, prose, symbol), abstain_rate over the negatives
+    assert (root.get("tests"), root.get("failures")) == ("19", "0")  # and the two guards
+    assert md.count("| within margin |") == 17 and "positives changed" not in md
 
     code, _, err, root, md = gate([ids["hybrid"], ids["floor"], "--tracking-uri", uri], capsys,
                                   tmp_path)
@@ -721,7 +750,7 @@ def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, ca
     # against the pinned expectation: paired on the pinned per-query table
     code, _, err, root, md = gate([str(FIXTURE / "golden" / "expected.yaml"), ids["again"],
                                    "--tracking-uri", uri], capsys, tmp_path)
-    assert code == EXIT_PASS and "Holm-corrected across the 4 paired checks" in md
+    assert code == EXIT_PASS and "Holm-corrected across the 5 paired checks" in md
     assert "indexed files differ" not in md  # the same 9 files, read from an absolute path
     code, *_ = gate([str(FIXTURE / "golden"), ids["floor"], "--tracking-uri", uri, "--per-tag"],
                     capsys, tmp_path)
@@ -783,10 +812,10 @@ def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     assert proc.returncode == EXIT_PASS, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert proc.stdout.startswith("rag gate: pass")
     root = ET.parse(junit).getroot()
-    # 4 metric checks, the per-query and the coverage guards
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "0", "0")
+    # 4 metric checks, abstain_rate over the negatives, the per-query and the coverage guards
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("7", "0", "0")
     text = md.read_text()
-    assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 4 paired checks" in text
+    assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 5 paired checks" in text
     assert "fresh run: -m rag.run corpus.name=tinyshop" in proc.stderr
 
 

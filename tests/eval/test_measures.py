@@ -10,7 +10,7 @@ from rag.eval.expected import pin_per_query
 from rag.eval.measures import (lower_is_better, measure_of, per_query_column, pinned_column,
                                significance_metric)
 from rag.ledger.sweep import significance_columns
-from rag.eval.measures import BUILTIN, Measure, computed, registered
+from rag.eval.measures import BUILTIN, Measure, computed, over_negatives, registered
 from rag.eval.measures.average_precision import average_precision
 from rag.eval.metrics import query_metrics
 from rag.eval.ranked import rank_all
@@ -71,7 +71,9 @@ def test_directions_and_per_query_columns():
     assert per_query_column("answer_support_rate") == "answer_support"
     assert per_query_column("candidate_pool_recall") == "candidate_hit"
     assert per_query_column("semble_ndcg_at_5") == "semble_ndcg_at_5"
-    assert per_query_column("abstain_rate") is None and per_query_column("dropped_rate") is None
+    # abstain_rate is a mean over the negatives' abstained column
+    assert per_query_column("abstain_rate") == "abstained" and over_negatives("abstain_rate")
+    assert not over_negatives("mrr") and per_query_column("dropped_rate") is None
 
 
 def test_sweep_tests_and_pinned_columns_are_the_declared_ones():
@@ -97,7 +99,7 @@ def test_headline_and_gated_names_come_from_the_declarations():
                         "abstain_rate", "false_weak_rate", "dropped_rate", "latency_p50_ms",
                         "latency_p95_ms")
     assert GateOptions().metrics == flagged("gated") == (
-        "mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate")
+        "mrr", "recall_at_8", "ndcg_at_10", "answer_support_rate", "abstain_rate")
     assert all(not lower_is_better(m) for m in flagged("gated"))
     with pytest.raises(ValueError, match="no measure flag 'shown'"):
         flagged("shown")

@@ -60,6 +60,8 @@ class Measure:
             (rag.ledger.metric_groups.HEADLINE = :func:`flagged` ``("headline")``).
         gated: the names ``rag gate`` compares by default, as suffixes as in ``headline``
             (rag.app.gate.GateOptions.metrics = :func:`flagged` ``("gated")``).
+        over: the queries the metric is a mean over: ``positive`` (answerable, the default)
+            or ``negative`` (unanswerable: abstention).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Measure:
     cutoffs: tuple[int, ...] = ()
     headline: tuple[str, ...] = ()
     gated: tuple[str, ...] = ()
+    over: str = "positive"
 
     def values(self, rankings: "Rankings") -> dict[str, np.ndarray]:
         """This computed measure on every query of ``rankings``: metric name -> float64 (n,).
@@ -119,7 +122,7 @@ BUILTIN: tuple[Measure, ...] = (
             headline=("10",), gated=("10",)),
     Measure("answer_support_rate", per_query="answer_support", significance=True,
             headline=ONE, gated=ONE),
-    Measure("abstain_rate", per_query=None, headline=ONE),
+    Measure("abstain_rate", per_query="abstained", headline=ONE, gated=ONE, over="negative"),
     Measure("false_weak_rate", lower_is_better=True, per_query="false_weak", headline=ONE),
     Measure("dropped_rate", lower_is_better=True, per_query=None, headline=ONE),
     Measure("latency", lower_is_better=True, per_query=None,  # latency_*: every latency
@@ -214,6 +217,12 @@ def lower_is_better(metric: str) -> bool:
     """Whether a smaller ``metric`` is better (undeclared metrics: higher is better)."""
     m = measure_of(metric)
     return bool(m and m.lower_is_better)
+
+
+def over_negatives(metric: str) -> bool:
+    """Whether ``metric`` is a mean over the negatives (``Measure.over``)."""
+    m = measure_of(metric)
+    return m is not None and m.over == "negative"
 
 
 def per_query_column(metric: str) -> str | None:
