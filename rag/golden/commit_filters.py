@@ -18,7 +18,8 @@ from pathlib import PurePosixPath
 from typing import Iterable
 
 #: every reason :func:`housekeeping_reason` returns, in the order it tries them
-HOUSEKEEPING = ("dependency_bump", "ci", "lint_or_format", "typo", "docs_only", "changelog")
+HOUSEKEEPING = ("dependency_bump", "ci", "lint_or_format", "typo", "docs_only", "changelog",
+                "version_support", "removal", "code_move", "vague_change")
 
 #: a Conventional Commits prefix: ``fix:``, ``feat(router)!:``, ``chore(deps):``
 CONVENTIONAL_PREFIX = re.compile(
@@ -136,11 +137,26 @@ _CI_WORDS = re.compile(r"\b(ci|github actions?|workflows?|travis|appveyor|circle
                        r"pipelines?)\b", re.I)
 
 
+# subjects that name no behaviour a search could find at the commit's HEAD (measured on the
+# judged gin and click samples, experiments/golden-mining.md): a language-version support
+# change or a version start, a removal (what it names is gone), a code move, and a change
+# described only as modified / adjusted / tweaked
+_VERSION_SUPPORT = re.compile(
+    r"^(start|begin)\s+(version|v?\d)|\bsupport\s+(for\s+)?(python|py|go|golang|node(js)?|"
+    r"ruby|java|jdk|php|rust)\s*v?\d", re.I)
+_REMOVAL = re.compile(r"^(remove[sd]?|removing|delete[sd]?|deleting|drop(s|ped|ping)?)\b", re.I)
+_CODE_MOVE = re.compile(r"^(move[sd]?|moving|relocate[sd]?|relocating)\b", re.I)
+_VAGUE = re.compile(r"^(modif(y|ies|ied)|adjust(s|ed)?|tweak(s|ed)?|minor)\b", re.I)
+
+
 def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
     """Why a commit is housekeeping that makes no retrieval query, or None.
 
     ``changed``: the repository-relative paths the commit touched (every file, indexed or
-    not). In order: ``dependency_bump`` (only manifests/lockfiles changed, a ``deps`` scope,
+    not). In order (the last four read the cleaned subject's first words: ``version_support``
+    "drop support for Python 3.7", "start version 8.0.1"; ``removal`` "remove ...", "delete
+    ...", "drop ..." — what it names is gone at HEAD; ``code_move`` "move ..."; and
+    ``vague_change`` "modify ...", "adjust ...", "tweak ...", "minor ..."): ``dependency_bump`` (only manifests/lockfiles changed, a ``deps`` scope,
     or a bump/upgrade subject that names a version or dependencies), ``ci`` (only CI and
     repository configuration changed, or a ``ci``/``build`` type, or a subject naming CI when
     no code changed), ``lint_or_format`` (a ``style`` type or a subject about linters,
@@ -169,6 +185,10 @@ def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
         return "docs_only"
     if kinds and kinds <= {"changelog"}:
         return "changelog"
+    for reason, pattern in (("version_support", _VERSION_SUPPORT), ("removal", _REMOVAL),
+                            ("code_move", _CODE_MOVE), ("vague_change", _VAGUE)):
+        if pattern.search(rest):
+            return reason
     return None
 
 

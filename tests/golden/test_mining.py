@@ -133,7 +133,7 @@ def history(tmp_path_factory):
     r.git("merge", "-q", "--no-ff", "csv", "-m", "Merge branch 'csv'")
     (r.root / "pkg/core").mkdir()
     r.git("mv", "pkg/parse.py", "pkg/core/parse.py")
-    c["M"] = r.commit("Move the parser into the core package")
+    c["M"] = r.commit("The parser now lives in the core package")
     r.edit("pkg/core/parse.py", 1, ["# Copyright demo", "# License: MIT", '"""Parsing helpers."""'])
     c["N"] = r.commit("Add a licence header to the parser module")
     r.edit("pkg/core/parse.py", 16, ["    def read(self, text):", "        if not text: return []"])
@@ -202,6 +202,7 @@ def test_git_candidates_labels_and_skip_counts(history):
         "generic_subject": 1,   # Bump version to 1.2.0
         "dependency_bump": 1,   # poetry.lock only
         "ci": 0, "lint_or_format": 0, "typo": 0, "changelog": 0,
+        "version_support": 0, "removal": 0, "code_move": 0, "vague_change": 0,
         "docs_only": 1,         # wip, a README edit (housekeeping comes before generic)
         "no_indexable_file": 1,  # logo.png only (binary files are not indexed)
         "test_only": 0,
