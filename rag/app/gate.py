@@ -398,6 +398,20 @@ def paired_ids(base: Side, cand: Side) -> Any:
     return common[(da.loc[common].to_numpy() == db.loc[common].to_numpy())]
 
 
+def paired_negatives(base: Side, cand: Side) -> Any:
+    """The negatives both sides hold as the same query (ids in both whose judgement digests
+    agree, when both record them); None when a side has no negative."""
+    a, b = base.negatives, cand.negatives
+    if a is None or b is None:
+        return None
+    common = a.index.intersection(b.index)
+    if DIGEST_COLUMN in a.columns and DIGEST_COLUMN in b.columns:
+        same = (a.loc[common, DIGEST_COLUMN].astype(str).to_numpy()
+                == b.loc[common, DIGEST_COLUMN].astype(str).to_numpy())
+        common = common[same]
+    return common
+
+
 def coverage_lost(base: Side, cand: Side, options: GateOptions) -> list[dict[str, str]]:
     """What the baseline measured and the candidate does not (the coverage guard), in order:
     ``{"kind": "query", "name": id, "why": "missing" | "relabelled"}`` for each baseline
@@ -547,9 +561,11 @@ def build_checks(base: Side, cand: Side, options: GateOptions) -> tuple[list[Che
             continue  # tags are the positives'
         common_ids = common
         if negative:
-            common_ids = (base.negatives.index.intersection(cand.negatives.index)
-                          if base.negatives is not None and cand.negatives is not None
-                          else None)
+            common_ids = paired_negatives(base, cand)
+            if common_ids is not None and len(common_ids) == 0:
+                notes.append(f"{name}: not gated ({base.label} and {cand.label} share no "
+                             "negative query judged the same way)")
+                continue
         elif common is not None and tag is not None:
             from rag.eval.attribution import split_tags
 

@@ -80,6 +80,9 @@ def choose_threshold(pos: np.ndarray, neg: np.ndarray, *, target: float) -> tupl
 
 
 CV_FOLDS = 5
+#: the largest share of queries a signal may leave unmeasured and still be calibrated (the
+#: rest count as its mean: :meth:`rag.search.signals.LearnedGate.probability`'s rule)
+MAX_IMPUTED = 0.1
 
 
 def cross_validated_rule(pos: Sequence[float], neg: Sequence[float], *, target: float,
@@ -321,9 +324,15 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
     complete: dict[str, np.ndarray] = {}
     for name in SIGNALS:
         vals = [r.get(name) for r in (*pos_rows, *neg_rows)]
-        if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in vals):
-            continue  # not measured for every query (e.g. no reranker, no dense channel)
-        arr = np.asarray(vals, dtype=float)
+        missing = np.array([v is None or (isinstance(v, float) and not math.isfinite(v))
+                            for v in vals])
+        if missing.sum() > MAX_IMPUTED * len(vals):
+            continue  # not measured (e.g. no reranker, no dense channel)
+        arr = np.asarray([np.nan if m else v for v, m in zip(vals, missing)], dtype=float)
+        if missing.any():
+            # a few queries the signal cannot read (term_coverage of a query with no term)
+            # count as its mean, the learned gate's own rule at search time
+            arr = np.where(missing, float(np.nanmean(arr)), arr)
         complete[name] = arr
         applied = arr
         skipped = np.array([r.get("route") == "bm25" for r in (*pos_rows, *neg_rows)])
@@ -333,6 +342,8 @@ def calibrate_abstention(rows: Sequence[dict[str, Any]], *,
         out["signals"][name] = calibrate_signal(
             applied[:len(pos_rows)], applied[len(pos_rows):], target_false_weak=target_false_weak,
             target_dropped=target_dropped, wrong_pos=wrong_pos, n_boot=n_boot, seed=seed)
+        if missing.any():
+            out["signals"][name]["imputed"] = int(missing.sum())
         if applied is not arr:
             out["signals"][name]["population"] = (
                 f"as the bands act: {int(skipped[:len(pos_rows)].sum())} positives and "

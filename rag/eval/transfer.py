@@ -65,12 +65,21 @@ def gate_from(cal: Calibration, ref: str, *, has_reranker: bool, has_dense: bool
     return gate
 
 
-def _usable_gate(cal: Calibration, **measured: bool) -> bool:
-    """Whether ``cal`` carries a well-formed learned gate whose signals this run measures."""
+def _usable_gate(cal: Calibration, ref: str, **measured: bool) -> bool:
+    """Whether ``cal`` carries a learned gate whose signals this run measures (False: none,
+    or one reading a signal the run cannot measure).
+
+    Raises:
+        TransferError: the gate is malformed (a missing field, an unknown feature).
+    """
     if "learned_gate" not in cal.data:
         return False
     try:
-        gate_from(cal, "auto", **measured)
+        LearnedGate.from_dict(cal.data["learned_gate"])
+    except ValueError as exc:
+        raise TransferError(f"abstain.calibration={ref!r}: {exc}") from None
+    try:
+        gate_from(cal, ref, **measured)
     except TransferError:
         return False
     return True
@@ -141,12 +150,22 @@ def abstention_setup(cfg, options, cal, *, model_id: str, golden_fingerprint: st
 
     a = cfg.abstain
     signal = str(getattr(a.signal, "value", a.signal))
-    if signal == "auto":  # the calibration's gate when it has a usable one and no band is given
-        signal = "learned" if (cal is not None and a.get("min_dense") is None
-                               and a.get("weak_dense") is None
-                               and _usable_gate(cal, has_reranker=has_reranker,
-                                                has_dense=has_dense,
-                                                has_lexical=has_lexical)) else "top_dense"
+    if signal == "auto":
+        # the calibration's gate when it has a usable one, no band is given and no reranker
+        # threshold is (``rerank.min_score`` / ``weak_score`` gate on the reranker instead)
+        rerank_gated = options.rerank_gated and has_reranker
+        try:
+            usable = (cal is not None and a.get("min_dense") is None
+                      and a.get("weak_dense") is None and not rerank_gated
+                      and _usable_gate(cal, str(a.calibration), has_reranker=has_reranker,
+                                       has_dense=has_dense, has_lexical=has_lexical))
+        except TransferError as exc:
+            raise RunError(str(exc)) from None
+        signal = "learned" if usable else "top_dense"
+    elif signal == "learned" and cal is None:
+        raise RunError(f"abstain.signal=learned: no calibration applies (abstain.calibration="
+                       f"{a.calibration}: none ships for embedder {model_id.split('|')[0]!r}); "
+                       "give abstain.calibration=<ledger row or calibration.json>")
     tags = {"abstain_signal": signal, "abstain_thresholds_source": "config"}
     if a.get("min_dense") is not None and a.get("weak_dense") is not None and signal != "learned":
         cal = None  # both bands given: they win over the shipped calibration (auto)

@@ -108,7 +108,7 @@ def leave_one_corpus_out(per_row: Sequence[tuple[dict[str, Any], list[dict[str, 
         dropped_rate (``learned`` absent when no gate could be fitted on the others).
     """
     from rag.eval.abstention import calibrate_abstention
-    from rag.search.signals import LearnedGate
+    from rag.search.signals import DENSE_SIGNALS, LearnedGate
 
     out = []
     for i, (entry, held) in enumerate(per_row):
@@ -123,9 +123,12 @@ def leave_one_corpus_out(per_row: Sequence[tuple[dict[str, Any], list[dict[str, 
                                   cal["suggested_min_dense"])
         if "learned_gate" in cal:
             gate = LearnedGate.from_dict(cal["learned_gate"])
-            if all(r.get(f) is not None for r in held for f in gate.features):
-                res["learned"] = _rates([gate.probability(r) for r in held], held,
-                                        gate.weak_score, gate.min_score)
+            # as the pipeline applies it: a gate reading dense signals never acts on a query
+            # routed to BM25 alone; a signal a query lacks counts as its training mean
+            reads_dense = any(f in DENSE_SIGNALS for f in gate.features)
+            res["learned"] = _rates([float("inf") if reads_dense and r["route"] == "bm25"
+                                     else gate.probability(r) for r in held], held,
+                                    gate.weak_score, gate.min_score)
         out.append(res)
     return out
 
@@ -151,6 +154,10 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
 
     if not refs:
         raise CalibrateError("give at least one row (--run)")
+    if gate_features is not None and len(set(gate_features)) < 2:
+        raise CalibrateError(f"a learned gate reads two or more distinct signals (--gate-signal "
+                             f"given: {', '.join(gate_features) or 'none'}); one signal alone is "
+                             "what the dense bands are")
     ids = [ledger.resolve_run_id(r) for r in refs]
     if len(set(ids)) != len(ids):
         raise CalibrateError("a row is given twice")
@@ -205,14 +212,19 @@ def pooled_calibration(ledger: Any, refs: Sequence[str], *, target_false_weak: f
         "model_id": models.pop(), "fitted_on": fitted_on,
         "golden_fingerprints": [f["golden_fingerprint"] for f in fitted_on],
         "pooling": "every row's queries together, each once (a corpus weighs by its queries)",
-        "abstain_signal": "top_dense", "written_by": "rag golden calibrate",
+        # what abstain.signal=auto applies from this file: the learned gate when it has
+        # one, else the dense bands
+        "abstain_signal": "learned" if cal.get("learned_gate") else "top_dense",
+        "written_by": "rag golden calibrate",
         "gate_features": (cal.get("learned_gate") or {}).get("features"),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rag_commit": _commit()}
     if len(per_row) >= 2:
+        # every held-out gate reads what the pooled one reads
         cal["leave_one_corpus_out"] = leave_one_corpus_out(
             per_row, target_false_weak=target_false_weak, target_dropped=target_dropped,
-            gate_features=gate_features, seed=seed)
+            gate_features=gate_features or (cal.get("learned_gate") or {}).get("features"),
+            seed=seed)
     return cal
 
 

@@ -245,9 +245,9 @@ class DenseBatcher:
 
 def dense_needed(index, options, query: str, *, signals: bool) -> bool:
     """Whether ``SearchPipeline(index, options, gate=...).search(query, with_signals=...)``
-    would score the dense channel: its route is ``dense`` or fuses it, or abstention signals
-    are computed (``signals``: asked for, or a learned gate decides), which read the dense
-    scores whatever the route. False without a dense channel, for an invalid mode (the
+    would score the dense channel: its route is ``dense`` or fuses it, or every abstention
+    signal is asked for (``signals``), which read the dense scores whatever the route (a
+    learned gate acts only where the route ran the dense channel, so it needs nothing more). False without a dense channel, for an invalid mode (the
     pipeline reports it) or a type filter that matches no chunk (nothing is scored). A routed
     query whose channel finds nothing and falls back to dense (``search.fallback``) is not
     foreseen here: the pipeline then embeds it itself, unbatched."""

