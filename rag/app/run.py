@@ -166,9 +166,7 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
               f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
               f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
-              f"abstain={abstention.get('abstain_signal', 'top_dense')} "
-              f"[{abstention.get('abstain_min', cfg.abstain.min_dense)}, "
-              f"{abstention.get('abstain_weak', cfg.abstain.weak_dense)}] "
+              f"abstain={abstention_text(abstention, cfg, mode)} "
               f"({abstention.get('abstain_thresholds_source', 'config')}"
               + (f" from {abstention['abstain_calibration_from']}"
                  if abstention.get("abstain_calibration_from") else "") + ")", file=out)
@@ -250,6 +248,23 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
 
 #: the row's token-budget curve: its table and its figure (artifacts)
 TOKEN_BUDGET_CSV, TOKEN_BUDGET_FIGURE = "token_budget.csv", "figures/token_budget.png"
+
+
+def abstention_text(tags: dict[str, Any], cfg: DictConfig, mode: str) -> str:
+    """What the row's abstention reads and where it cuts, in words: ``learned gate P(answerable)
+    from top_dense, term_coverage: dropped < 0.5269, weak < 0.9009``, or ``top dense cosine:
+    dropped < 0.3094, weak < 0.4067``; ``(never acts: ...)`` for a BM25-only mode, whose
+    route runs no dense channel."""
+    signal = tags.get("abstain_signal", "top_dense")
+    lo = tags.get("abstain_min", cfg.abstain.min_dense)
+    hi = tags.get("abstain_weak", cfg.abstain.weak_dense)
+    what = (f"learned gate P(answerable) from {tags['abstain_gate_features'].replace(',', ', ')}"
+            if signal == "learned" and tags.get("abstain_gate_features") else
+            "learned gate P(answerable)" if signal == "learned" else "top dense cosine")
+    text = f"{what}: dropped < {lo}, weak < {hi}"
+    if mode in ("bm25", "grep"):
+        text += f" (never acts: search.mode={mode} runs no dense channel)"
+    return text
 
 
 def calibration_lines(cal: dict[str, Any]) -> list[str]:

@@ -334,3 +334,20 @@ def test_abstention_never_moves_ranking_metrics(tmp_path, fixture_repo, fixture_
     assert low["dropped_rate"] == 0.0 and high["dropped_rate"] == pytest.approx(1 / 3)
     assert low["abstain_rate"] == 0.0 and high["abstain_rate"] == 1.0
     assert high["answer_support_rate"] == pytest.approx(low["answer_support_rate"] - 1 / 3)
+
+
+def test_the_row_says_what_abstention_reads_and_where_it_cuts():
+    from omegaconf import OmegaConf
+
+    from rag.app.run import abstention_text
+
+    cfg = OmegaConf.create({"abstain": {"min_dense": None, "weak_dense": None}})
+    gate = {"abstain_signal": "learned", "abstain_min": "0.5269", "abstain_weak": "0.9009",
+            "abstain_gate_features": "top_dense,term_coverage"}
+    assert abstention_text(gate, cfg, "hybrid") == (
+        "learned gate P(answerable) from top_dense, term_coverage: dropped < 0.5269, "
+        "weak < 0.9009")
+    bands = {"abstain_signal": "top_dense", "abstain_min": "0.3094", "abstain_weak": "0.4067"}
+    assert abstention_text(bands, cfg, "bm25") == (
+        "top dense cosine: dropped < 0.3094, weak < 0.4067 (never acts: search.mode=bm25 runs "
+        "no dense channel)")
