@@ -48,6 +48,7 @@ import argparse
 import copy
 import io
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -886,14 +887,23 @@ class Summary:
     discarded: int = 0
 
 
-def label_source(pair: Pair) -> str:
+def label_source(pair: Pair, reviewer: str | None = None) -> str:
     """The ``source:`` a label written in review carries: the candidate's own (``mined:git
     <sha>``) for a miner's proposal, ``review:proposal`` for another candidate's own label,
-    ``review:pool`` for a pooled hit."""
+    ``review:pool`` for a pooled hit; with a ``reviewer`` (``--reviewer``), a review label says
+    who judged it: ``review:pool by <reviewer>`` (a mined label keeps its miner's source)."""
     if pair.hit.get("proposed"):
         src = pair.source or ""
-        return src if src.startswith("mined:") else "review:proposal"
-    return "review:pool"
+        if src.startswith("mined:"):
+            return src
+        src = "review:proposal"
+    else:
+        src = "review:pool"
+    return f"{src} by {reviewer}" if reviewer else src
+
+
+#: a ``--reviewer`` name: one word of letters, digits and ``_.:@-`` (it lands in ``source:``)
+_REVIEWER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]*$")
 
 
 def _hit_lines(hit: dict[str, Any]) -> tuple[int, int] | None:
@@ -939,8 +949,9 @@ def judged_units(records: list[dict[str, Any]], editor: GoldenEditor) -> tuple[i
 
 def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Keys,
            out: TextIO, *, color: bool, max_lines: int = DEFAULT_MAX_LINES,
-           verify: bool = True, only: str = "all") -> Summary:
-    """One review session (see the module docstring); returns what was done.
+           verify: bool = True, only: str = "all", reviewer: str | None = None) -> Summary:
+    """One review session (see the module docstring); returns what was done. ``reviewer``:
+    who judges (written into each review label's ``source:``, :func:`label_source`).
 
     Raises:
         ReviewError / PoolError: bad pool file or golden set, a script line that is not a key,
@@ -1042,7 +1053,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
             else:
                 summary.written.add(editor.judge(pair.query_id, pair.origin, doc,
                                                  relevant=key == "y",
-                                                 source=label_source(pair)))
+                                                 source=label_source(pair, reviewer)))
                 if editor.replaced:
                     out.write(f"note: {pair.hit['doc']} replaces the narrower label(s) "
                               f"{', '.join(editor.replaced)} of that file\n")
@@ -1087,6 +1098,10 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
                         "(y, n, s, d, q, 'e NEW TEXT', or 'y UNIT': label only that symbol or "
                         "L<start>-<end> of a whole-file hit); every line is checked before "
                         "anything is written")
+    p.add_argument("--reviewer", default=None, metavar="NAME",
+                   help="who judges: each label written gets source 'review:pool by NAME' "
+                        "(or 'review:proposal by NAME'), so a set says whose verdicts it "
+                        "holds (default: no name)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="syntax highlighting: auto (when stdout is a terminal), always, never")
     p.add_argument("--only", choices=ONLY, default="all",
@@ -1136,6 +1151,10 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     try:
+        reviewer = getattr(args, "reviewer", None)
+        if reviewer is not None and not _REVIEWER.match(reviewer):
+            raise ReviewError(f"--reviewer {reviewer!r}: one word of letters, digits and "
+                              "_.:@- (it is written into each label's source:)")
         header, _ = read_pool(Path(args.pool))
         root = _corpus_root(args, header, compose_config)
         if args.script or not stdin.isatty():
@@ -1155,7 +1174,8 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
         try:
             summary = review(Path(args.pool), Path(args.golden), root, keys, stdout,
                              color=use_color(args.color, stdout), max_lines=args.max_lines,
-                             only=getattr(args, "only", "all"))
+                             only=getattr(args, "only", "all"),
+                             reviewer=getattr(args, "reviewer", None))
         except KeyboardInterrupt:
             stdout.write("\ninterrupted; every judgement made is saved\n")
             return 130

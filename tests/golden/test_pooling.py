@@ -261,12 +261,12 @@ AFTER_CANDIDATES = textwrap.dedent("""\
     """)
 
 
-def _review(tmp_path, golden, pool_file, repo, script: str, *, color="never"):
+def _review(tmp_path, golden, pool_file, repo, script: str, *, color="never", extra=()):
     sfile = tmp_path / "keys.txt"
     sfile.write_text(script, encoding="utf-8")
     args = _parse(add_review_parser, ["review", "--pool", str(pool_file), "--golden", str(golden),
                                       "--corpus-root", str(repo), "--script", str(sfile),
-                                      "--color", color])
+                                      "--color", color, *extra])
     out = io.StringIO()
     rc = review_command(args, stdout=out)
     return rc, out.getvalue()
@@ -327,6 +327,29 @@ def test_scripted_review_writes_golden_files_and_resumes(setup, capsys):
     rc, out = _review(tmp_path, golden, pool_file, repo, "")
     assert rc == 0 and out.startswith("1 unjudged pair(s)")
     assert (golden / "queries.yaml").read_text() == AFTER_QUERIES
+
+
+def test_a_named_reviewer_lands_in_each_label_source(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+    capsys.readouterr()
+    rc, out = _review(tmp_path, golden, pool_file, repo, "n\ny\nq\n",
+                      extra=("--reviewer", "agent:helper-1"))
+    assert rc == 0, out
+    g = load_golden(golden)
+    q = next(q for q in g.positives if q.id == "sym-auth-callback")
+    # the first pair (cart.py) judged not relevant, the second (tests/test_cart.py) relevant
+    assert [(lab.doc_key, lab.source) for lab in q.not_relevant] == [
+        ("src/shop/cart.py", "review:pool by agent:helper-1")]
+    assert ("tests/test_cart.py", "review:pool by agent:helper-1") in [
+        (lab.doc_key, lab.source) for lab in q.relevant]
+    # a name that would not make a well-formed source is refused before anything is written
+    before = (golden / "queries.yaml").read_text()
+    rc, out = _review(tmp_path, golden, pool_file, repo, "n\n", extra=("--reviewer", "two words"))
+    assert rc == 2
+    assert "--reviewer 'two words': one word" in capsys.readouterr().err
+    assert (golden / "queries.yaml").read_text() == before
 
 
 def test_script_errors_and_undo(setup, capsys):
