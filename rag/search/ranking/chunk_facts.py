@@ -42,6 +42,12 @@ def stem_forms(stem: str) -> set[str]:
     return {stem, norm, stem.rstrip("s"), norm.rstrip("s")}
 
 
+def symbol_components(name: str) -> tuple[str, ...]:
+    """A qualified name's components, whatever the language's separator (``::``, ``.``, ``#``,
+    ``->``, ``\\``): ``Sinatra::Base`` and ``Sinatra.Base`` -> ``("Sinatra", "Base")``."""
+    return tuple(p for p in _SYMBOL_SEP.split(name.strip()) if p)
+
+
 @dataclass
 class ChunkFacts:
     """Attributes:

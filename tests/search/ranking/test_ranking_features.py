@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag.search.ranking.chunk_facts import ChunkFacts, definition_pattern, stem_forms
+from rag.search.ranking.chunk_facts import (ChunkFacts, definition_pattern, stem_forms,
+                                            symbol_components)
 from rag.search.ranking.feature import RankingContext
 from rag.search.ranking.features import FEATURE_NAMES, FEATURES, register
 from rag.search.ranking.options import DEFAULT_PRIORS
@@ -68,10 +69,29 @@ def test_definition_finds_the_definition_outside_the_candidates():
     # added though the first stage returned only the docs and the test
     assert feat.compute(ctx("ExecuteC", {2: 1.0, 5: 0.5})) == {1: 1.0}
     assert feat.compute(ctx("ExecuteC", {2: 1.0, 5: 0.5}, scan=False)) == {}
-    # Command: defined in command.go, whose stem is the name: the stem bonus 1.5
-    assert feat.compute(ctx("Command", {})) == {0: 1.5}
+    # Command: defined in command.go, whose stem is the name (+0.5), by a symbol that is the
+    # whole query (+0.5): 2.0
+    assert feat.compute(ctx("Command", {})) == {0: 2.0}
+    # a window (no symbol) defining Phoenix.Router in router.ex: 1 + the stem bonus
     assert feat.compute(ctx("Phoenix.Router", {4: 1.0})) == {4: 1.5}
+    # Engine: the type named Engine (whole symbol, 1.5) before a method Engine of another
+    # type (its last component only, 1.0); neither file's stem is 'engine'
+    engines = [chunk("binding/validator.go", "defaultValidator.Engine", kind="method"),
+               chunk("gin.go", "Engine", kind="class")]
+    assert feat.compute(ctx("Engine", {0: 1.0, 1: 0.9}, chunks=engines)) == {0: 1.0, 1: 1.5}
+    # a qualified query: the symbol with all of its components, whatever the separator
+    pops = [chunk("ctx.py", "AppContext.pop", kind="method"),
+            chunk("ctx.py", "RequestContext.pop", kind="method")]
+    assert feat.compute(ctx("AppContext::pop", {0: 1.0, 1: 1.0}, chunks=pops)) == {0: 1.5,
+                                                                                 1: 1.0}
     assert feat.compute(ctx("how is a command executed", {0: 1.0})) == {}
+
+
+def test_symbol_components_whatever_the_separator():
+    assert symbol_components("Sinatra::Base") == symbol_components("Sinatra.Base") \
+        == ("Sinatra", "Base")
+    assert symbol_components("App\\Http->handle") == ("App", "Http", "handle")
+    assert symbol_components("url_for") == ("url_for",)
 
 
 def test_embedded_identifier_in_prose():
