@@ -61,8 +61,9 @@ class PageInputs:
             ``category``, ``score``, ``scores``), in rank order; empty for a row logged
             before the file existed.
         queries: query id -> its text.
-        read_lines: ``(path, start, end) -> lines`` of the corpus (1-based, inclusive), or
-            None when the text is not available on this machine.
+        read_lines_a, read_lines_b: ``(path, start, end) -> lines`` of each row's corpus
+            (1-based, inclusive), or None when the text is not available on this machine;
+            each side reads its own row's tree (two rows may index different versions).
         relevant: ``(query id, hit) -> bool | None`` (None: not judged here).
         notes: what could not be shown, and why.
     """
@@ -70,7 +71,8 @@ class PageInputs:
     rankings_a: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     rankings_b: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     queries: dict[str, str] = field(default_factory=dict)
-    read_lines: Callable[[str, int, int], list[str] | None] = lambda p, s, e: None
+    read_lines_a: Callable[[str, int, int], list[str] | None] = lambda p, s, e: None
+    read_lines_b: Callable[[str, int, int], list[str] | None] = lambda p, s, e: None
     relevant: Callable[[str, Mapping[str, Any]], bool | None] = lambda q, h: None
     notes: list[str] = field(default_factory=list)
 
@@ -160,7 +162,7 @@ def _fmt(v: Any) -> str:
 
 
 def _hit_html(hit: Mapping[str, Any], *, qid: str, terms: Sequence[str], inputs: PageInputs,
-              max_lines: int) -> str:
+              read_lines: Callable[[str, int, int], list[str] | None], max_lines: int) -> str:
     path, start, end = str(hit.get("path", "?")), _int(hit.get("start_line")), \
         _int(hit.get("end_line"))
     where = f"{path}:{start}-{end}" if start else path
@@ -174,7 +176,7 @@ def _hit_html(hit: Mapping[str, Any], *, qid: str, terms: Sequence[str], inputs:
         f" · {html.escape(str(k))} {_fmt(v)}" for k, v in scores.items() if v is not None)
     body = ""
     if start:
-        lines = inputs.read_lines(path, start, min(end or start, start + max_lines - 1))
+        lines = read_lines(path, start, min(end or start, start + max_lines - 1))
         if lines is not None:
             more = (end - start + 1) - len(lines)
             body = ("<pre>" + highlight("\n".join(lines), terms) + "</pre>"
@@ -185,12 +187,15 @@ def _hit_html(hit: Mapping[str, Any], *, qid: str, terms: Sequence[str], inputs:
 
 
 def _side_html(title: str, hits: list[dict[str, Any]] | None, *, qid: str,
-               terms: Sequence[str], inputs: PageInputs, top: int, max_lines: int) -> str:
+               terms: Sequence[str], inputs: PageInputs,
+               read_lines: Callable[[str, int, int], list[str] | None], top: int,
+               max_lines: int) -> str:
     if not hits:
         inner = '<p class="muted">no ranking recorded for this query</p>'
     else:
         inner = '<ol class="hits">' + "".join(
-            _hit_html(h, qid=qid, terms=terms, inputs=inputs, max_lines=max_lines)
+            _hit_html(h, qid=qid, terms=terms, inputs=inputs, read_lines=read_lines,
+                      max_lines=max_lines)
             for h in hits[:top]) + "</ol>"
     return f'<div class="side"><h3>{html.escape(title)}</h3>{inner}</div>'
 
@@ -263,9 +268,11 @@ def render_html(summary: Mapping[str, Any], inputs: PageInputs, *, top: int = DE
             f"{e(', '.join(terms)) or '—'}</div>"
             '<div class="sides">'
             + _side_html(f"A (row {a[:8]})", inputs.rankings_a.get(qid), qid=qid, terms=terms,
-                         inputs=inputs, top=top, max_lines=max_lines)
+                         inputs=inputs, read_lines=inputs.read_lines_a, top=top,
+                         max_lines=max_lines)
             + _side_html(f"B (row {b[:8]})", inputs.rankings_b.get(qid), qid=qid, terms=terms,
-                         inputs=inputs, top=top, max_lines=max_lines)
+                         inputs=inputs, read_lines=inputs.read_lines_b, top=top,
+                         max_lines=max_lines)
             + "</div></section>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -323,8 +330,8 @@ def golden_judge(golden_dir: Path) -> tuple[Callable[[str, Mapping[str, Any]], b
 
 def page_inputs(ledger: Any, run_a: str, run_b: str) -> PageInputs:
     """Read what the page shows of two rows of ``ledger`` (full run ids): each row's
-    ``run.chunks.jsonl``, the query texts of row B's (else A's) per-query table, the corpus
-    text under row B's ``corpus_root`` tag and the labels under its ``golden_dir`` tag —
+    ``run.chunks.jsonl``, the query texts of row B's (else A's) per-query table, each row's
+    corpus text under its own ``corpus_root`` tag and the labels under B's ``golden_dir`` tag —
     each only where it exists here; what is missing is said in ``notes``.
 
     Raises:
@@ -354,13 +361,18 @@ def page_inputs(ledger: Any, run_a: str, run_b: str) -> PageInputs:
         if "query" in frame.columns:
             for q, t in zip(frame["query_id"], frame["query"]):
                 inputs.queries.setdefault(str(q), str(t))
+    tags_a = dict(ledger.client.get_run(run_a).data.tags)
     tags = dict(ledger.client.get_run(run_b).data.tags)
-    root = tags.get("corpus_root")
-    if root and Path(root).is_dir():
-        inputs.read_lines = corpus_reader(Path(root))
-    else:
-        inputs.notes.append(f"the corpus ({root or 'no corpus_root tag'}) is not on this "
-                            "machine: chunk texts are not shown")
+    by_root: dict[str, Callable[[str, int, int], list[str] | None]] = {}
+    for side, t, rid in (("a", tags_a, run_a), ("b", tags, run_b)):
+        root = t.get("corpus_root")
+        if root and Path(root).is_dir():
+            if root not in by_root:  # one reader (and its file cache) per tree
+                by_root[root] = corpus_reader(Path(root))
+            setattr(inputs, f"read_lines_{side}", by_root[root])
+        else:
+            inputs.notes.append(f"row {rid[:8]}'s corpus ({root or 'no corpus_root tag'}) is "
+                                "not on this machine: its chunk texts are not shown")
     gdir = tags.get("golden_dir")
     got = golden_judge(Path(gdir)) if gdir and Path(gdir).is_dir() else None
     if got is None:

@@ -68,7 +68,7 @@ def inputs_for(tmp_path):
         rankings_a={"q1": [hit("auth.py", 1)], "q2": [hit("auth.py", 1)]},
         rankings_b={"q1": [hit("other.py", 1), hit("auth.py", 2)], "q2": [hit("auth.py", 1)]},
         queries={"q1": "<script>alert(1)</script> login session", "q2": "same"},
-        read_lines=corpus_reader(tmp_path),
+        read_lines_a=corpus_reader(tmp_path), read_lines_b=corpus_reader(tmp_path),
         relevant=lambda q, h: h["path"] == "auth.py", notes=["the corpus is here"])
 
 
@@ -135,3 +135,40 @@ def test_sweep_page_names_never_collide():
     long_a, long_b = "x=" + "a" * 130 + ",k1=0.9", "x=" + "a" * 130 + ",k1=1.2"
     names = {diff_page_name(j) for j in (long_a, long_b, "rerank.model=a/b", "rerank.model=a:b")}
     assert len(names) == 4 and all(len(n) < 150 for n in names)
+
+
+def test_each_side_reads_its_own_rows_tree(tmp_path):
+    """Two rows over two versions of a file: A's hit shows A's lines, B's shows B's; a row
+    whose tree is gone says so and shows no text."""
+    from types import SimpleNamespace
+
+    from rag.ledger.diff_html import page_inputs
+    from rag.ledger.mlflow_store import LedgerError
+
+    old, new = tmp_path / "v1", tmp_path / "v2"
+    for root, body in ((old, "def login():\n    return 'old'\n"),
+                       (new, "def login():\n    return 'new'\n")):
+        root.mkdir()
+        (root / "auth.py").write_text(body)
+    line = json.dumps({"query_id": "q1", "hits": [{"rank": 1, "path": "auth.py",
+                                                   "start_line": 1, "end_line": 2}]})
+    roots = {"a" * 32: str(old), "b" * 32: str(new), "c" * 32: str(tmp_path / "gone")}
+
+    class Ledger:
+        client = SimpleNamespace(get_run=lambda rid: SimpleNamespace(
+            data=SimpleNamespace(tags={"corpus_root": roots[rid]})))
+
+        def download_text(self, rid, name):
+            if name == "per_query.csv":
+                raise LedgerError("none")
+            return line
+
+    summary = summary_of(("q1", 1, 1))
+    page = render_html(summary, page_inputs(Ledger(), "a" * 32, "b" * 32))
+    a_side, b_side = page.split('<div class="side">')[1:3]
+    assert "return &#x27;old" in a_side and "return &#x27;new" not in a_side
+    assert "return &#x27;new" in b_side and "return &#x27;old" not in b_side
+    gone = page_inputs(Ledger(), "c" * 32, "b" * 32)
+    assert gone.read_lines_a("auth.py", 1, 1) is None
+    assert gone.read_lines_b("auth.py", 1, 1) == ["def login():"]
+    assert any(n.startswith("row cccccccc's corpus") for n in gone.notes)
