@@ -289,7 +289,8 @@ def default_query_backend(cfg, overrides: list[str], backend: str) -> None:
 
 
 def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
-          corpus_dir: Path | None = None, query_backend: str | None = None):
+          corpus_dir: Path | None = None, query_backend: str | None = None,
+          force: bool = False):
     """(cfg, index, manifest): the published index of the configured corpus.
 
     ``corpus_dir`` (``-r DIR`` / ``--path DIR``) is set on the composed config as data
@@ -297,7 +298,11 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
     lives under :func:`rag.index.versioned.index_dir` keyed by the corpus name and the resolved
     directory (or sdist), so two directories that share a name never share an index.
 
-    With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build.
+    With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build —
+    unless the current build already holds exactly that (:func:`rag.index.versioned.
+    unchanged_build`: same files, settings, embedder and commit, verified), when nothing is
+    published and the manifest returned carries ``"unchanged": True``; ``force`` publishes
+    anyway.
     Otherwise the current build is loaded — no corpus read — and refused if its embedder or
     dimension differs from the config (with ``strict=False`` the error is returned in the
     manifest's ``refused`` field instead of raised); with no build yet, or a build recorded
@@ -361,12 +366,13 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
         # the commit its hits' links are pinned to, resolved once for this build
         source = resolve_source(root, url_template=cfg.corpus.url_template or None)
         # the chunks' model (a split embedder's queries use an encoder declared compatible)
-        versioned.publish(index, root_dir, source=source.as_dict(),
-                          embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
-                          dim=embedder.dim,
-                          normalized=bool(cfg.embedder.normalize), corpus_root=str(root),
-                          corpus_sdist=identity.get("corpus_sdist"),
-                          settings=index_settings(cfg))
+        record = dict(embedder_id=getattr(embedder, "documents_model_id", embedder.model_id),
+                      dim=embedder.dim, normalized=bool(cfg.embedder.normalize),
+                      corpus_root=str(root), corpus_sdist=identity.get("corpus_sdist"),
+                      settings=index_settings(cfg), source=source.as_dict())
+        if not force and (same := versioned.unchanged_build(root_dir, index, **record)):
+            return cfg, index, {**same, "unchanged": True}
+        versioned.publish(index, root_dir, **record)
         return cfg, index, versioned.read_manifest(root_dir)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised by cli_error
         cli_error(exc)
@@ -551,7 +557,8 @@ def index_command(args: Namespace) -> int:
     if getattr(args, "corpus", None):
         overrides.append(f"corpus={args.corpus}")
     path = Path(args.path).expanduser().resolve() if args.path else None
-    cfg, index, manifest = _load(overrides, publish=True, corpus_dir=path)
+    cfg, index, manifest = _load(overrides, publish=True, corpus_dir=path,
+                                 force=bool(getattr(args, "force", False)))
     s = index.stats
     how = "unchanged since the last build: chunks loaded from the chunk store" \
         if not s.get("corpus_read") else "corpus read and chunked"
@@ -573,8 +580,13 @@ def index_command(args: Namespace) -> int:
             print(f"files added {s.get('files_added')}, changed {changes}, "
                   f"removed {s.get('files_removed')} since the previous build; files re-chunked: "
                   f"{s.get('files_rechunked')}")
-    print(f"published build {manifest['build_id']} ({manifest['embedder_id'].split('|')[0]}, "
-          f"dim {manifest['dim']})")
+    model = f"{manifest['embedder_id'].split('|')[0]}, dim {manifest['dim']}"
+    if manifest.get("unchanged"):
+        print(f"nothing changed since build {manifest['build_id']} ({model}: same files, "
+              "settings, embedder and commit, verified): it stays current, nothing published "
+              "(--force publishes a new build)")
+    else:
+        print(f"published build {manifest['build_id']} ({model})")
     _prepare_query_encoder(cfg)
     return 0
 

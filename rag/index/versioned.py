@@ -356,6 +356,37 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
     return builds / build_id
 
 
+def unchanged_build(root_dir: Path, index: Any, *, embedder_id: str, dim: int,
+                    normalized: bool, corpus_root: str, corpus_sdist: str | None = None,
+                    settings: dict[str, Any] | None = None,
+                    source: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The current build's manifest when it already holds exactly what :func:`publish` would
+    write for ``index`` with these arguments — the same files (``corpus_fingerprint``) and
+    chunk count, embedder, settings, corpus and source (commit) — and passes
+    :func:`verify_build` with hashes; None otherwise (nothing published, another record, a
+    damaged build). What lets ``rag index`` on an unchanged tree publish nothing."""
+    try:
+        manifest = read_manifest(root_dir)
+    except (NoIndexError, DamagedBuildError):
+        return None
+    would = {"format": FORMAT_VERSION, "embedder_id": embedder_id, "dim": dim,
+             "normalized": normalized, "tokenizer_version": TOKENIZER_VERSION,
+             "chunker_version": CHUNKER_VERSION,
+             "corpus_fingerprint": index.corpus_fingerprint, "corpus_root": corpus_root,
+             "corpus_sdist": corpus_sdist, "chunks": len(index.chunks),
+             "settings": settings, "source": source}
+    if any(manifest.get(k) != v for k, v in would.items()):
+        return None
+    ann = getattr(getattr(index, "dense", None), "ann", None)
+    if (ann is not None) != isinstance(manifest.get("ann"), dict):
+        return None
+    try:
+        verify_build(root_dir / "builds" / str(manifest.get("build_id")), hashes=True)
+    except DamagedBuildError:
+        return None
+    return manifest
+
+
 def _write_build(index: Any, tmp: Path, write_bytes: Callable[[Path, bytes], None], *,
                  build_id: str, embedder_id: str, dim: int, normalized: bool, corpus_root: str,
                  corpus_sdist: str | None, settings: dict[str, Any] | None,

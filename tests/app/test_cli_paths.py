@@ -96,6 +96,33 @@ def test_experiment_artifact_folder_stays_under_the_artifact_root(tmp_path):
 # --- rag index / rag search on directories with any legal name ----------------------------
 
 @pytest.mark.slow
+def test_rag_index_on_an_unchanged_tree_publishes_nothing(env, tmp_path, capsys):
+    """Indexing the same tree twice keeps the first build current and says so; a changed file
+    publishes a new build; ``--force`` publishes one even when nothing changed."""
+    corpus = write_tree(tmp_path / "corpora" / "shop", FIXTURE_FILES)
+    root = versioned.index_dir(env, "shop", str(corpus.resolve()))
+    assert main(["index", "--path", str(corpus)]) == 0
+    first = versioned.current_build_id(root)
+    assert f"published build {first}" in capsys.readouterr().out
+    assert main(["index", "--path", str(corpus)]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing changed since build {first}" in out and "published build" not in out
+    assert versioned.build_ids(root) == [first] and versioned.current_build_id(root) == first
+    assert main(["index", "--path", str(corpus), "--force"]) == 0
+    forced = versioned.current_build_id(root)
+    assert forced != first and f"published build {forced}" in capsys.readouterr().out
+    path = corpus / "src" / "shop" / "cart.py"  # indexed (build/ is ignored by .gitignore)
+    path.write_text(path.read_text() + "\n\ndef added_later():\n    return 1\n")
+    assert main(["index", "--path", str(corpus)]) == 0
+    changed = versioned.current_build_id(root)
+    assert changed not in (first, forced) and "published build" in capsys.readouterr().out
+    # a damaged current build is never kept as "unchanged": the next index replaces it
+    (root / "builds" / changed / "embeddings.npy").write_bytes(b"broken")
+    assert main(["index", "--path", str(corpus)]) == 0
+    assert versioned.current_build_id(root) != changed
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dirname", ODD_NAMES)
 def test_index_and_search_a_directory_with_an_odd_name(env, tmp_path, capsys, dirname):
     corpus = write_tree(tmp_path / "corpora" / dirname, FIXTURE_FILES)

@@ -202,13 +202,16 @@ def test_a_routed_query_bm25_cannot_answer_falls_back_to_dense_a_named_mode_does
 
 def test_the_ranking_stage_logs_its_features_per_hit(index):
     from rag.search.ranking import RankingOptions
+    from rag.search.ranking.features.definition import WHOLE_NAME_BONUS
 
     opts = SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0,
                          ranking=RankingOptions())
     res = SearchPipeline(index, opts).search("handleAuthCallback")
     top = res.ranked[0]
     assert top.symbol == "handleAuthCallback"
-    assert top.scores["rank:definition"] == 1.0
+    # a defining chunk (1) whose whole symbol is the query (+ WHOLE_NAME_BONUS); its file
+    # stem, payments, is not the name (no STEM_BONUS)
+    assert top.scores["rank:definition"] == 1.0 + WHOLE_NAME_BONUS
     keys = [k for k in top.scores if k.startswith("rank:")]
     assert keys == ["rank:definition", "rank:embedded_identifier", "rank:path_match",
                     "rank:file_coherence", "rank:category_prior", "rank:chunk_length"]

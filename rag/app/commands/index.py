@@ -17,6 +17,10 @@ def add_parser(sub):
                    help="build nothing: check every published build of the corpus against the "
                         "sizes, SHA-256 and shapes its manifest records (exit 0 whole, 1 a "
                         "damaged build, named; 2 nothing published)")
+    p.add_argument("--force", action="store_true",
+                   help="publish a new build even when the current one already holds the same "
+                        "files, settings, embedder and commit (by default nothing is published "
+                        "then)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides (before or after the options)")
     return p

@@ -272,7 +272,7 @@ def test_rag_serve_swaps_in_what_rag_index_publishes_without_a_restart(fixture_r
         t = threading.Thread(target=client)
         t.start()
         try:
-            out = run_rag("index", *overrides, env={**os.environ, **env, "HF_HUB_OFFLINE": "1"})
+            out = run_rag("index", "--force", *overrides, env={**os.environ, **env, "HF_HUB_OFFLINE": "1"})
             assert out.returncode == 0, out.stderr[-2000:]
             os.kill(proc.pid, signal.SIGHUP)
             deadline = time.monotonic() + 120
