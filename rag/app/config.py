@@ -56,6 +56,16 @@ class PathsConfig:
     output_dir: str = "${oc.env:RAG_OUTPUT_DIR,.}"
 
 
+def _content_scopes() -> dict[str, str]:
+    from rag.corpus.walk import CONTENT_SCOPES
+
+    return {c: c for c in CONTENT_SCOPES}
+
+
+# rag/corpus/walk.py CONTENT_SCOPES: what a corpus walk indexes (``all`` or ``code``)
+CorpusContent = Enum("CorpusContent", _content_scopes(), type=str)
+
+
 @dataclass
 class CorpusConfig:
     """One code repository: a pinned sdist fetched with pip, a pinned npm package fetched
@@ -90,6 +100,11 @@ class CorpusConfig:
     exclude_extra: list[str] = field(default_factory=list)
     # patterns re-allowed despite `exclude` (never secrets)
     include: list[str] = field(default_factory=list)
+    # Which files are indexed (rag/corpus/walk.py CONTENT_SCOPES): all (every text file the
+    # walk keeps) or code (source files only, by suffix: docs, config and data left out, as
+    # semble indexes by default; skipped files are counted as not_code). A dataset may set it
+    # (dataset.content: semble's benchmark is scored over a code-only index)
+    content: CorpusContent = CorpusContent("all")
     # Index files that look like secrets (private keys, keystores, credential .env files).
     # Off: they are skipped and counted as "secret" whatever exclude/include say.
     index_secrets: bool = False
@@ -581,6 +596,9 @@ class DatasetConfig:
     negatives: Optional[str] = None
     # semble: the repository of repos.json to evaluate (+suite=semble sweeps them all)
     repo: Optional[str] = None
+    # semble: corpus.content for the repository's index (conf/dataset/semble.yaml: code, what
+    # semble's benchmark indexes; all: docs and config too); null: corpus.content as set
+    content: Optional[CorpusContent] = None
     # names the cache folder and, for beir and semble, corpus.name (default: the folder's name)
     name: Optional[str] = "${rag_dataset_name:${dataset.format},${dataset.path},${dataset.topics}}"
 

@@ -118,11 +118,9 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     if prepared is None:
         return corpus_root(cfg), golden_dir_for(cfg), {}
     print(prepared.summary(), file=sys.stderr)
-    if prepared.corpus_root is not None and prepared.index_everything:
-        # a dataset's corpus is its documents, one file each: index every one (no default
-        # excludes, no minified-text heuristic on a long one-line document; secrets still not)
-        cfg.corpus.exclude = []
-        cfg.corpus.include = ["**"]
+    # what the dataset says of its corpus's walk (BEIR: every document; semble: code only)
+    for key, value in prepared.corpus_settings.items():
+        cfg.corpus[key] = value
     root = prepared.corpus_root or corpus_root(cfg)
     return root, prepared.golden_dir, prepared.tags
 

@@ -91,6 +91,12 @@ _TEST_PROJECT = re.compile(r".\.(?:unit|integration)?tests?$")
 _TEST_NAME = re.compile(r"\.(?:test|spec|test-d)\.[cm]?[jt]sx?$"
                         r"|[a-z0-9]Tests?\.(?:php|cs|java|kt|swift)$")
 _DOC_SUFFIXES = {".md", ".markdown", ".rst", ".txt", ".adoc"}
+#: ``corpus.content`` -> which files a walk keeps: ``all`` (every text file the rules below
+#: keep) or ``code`` (only files whose suffix is one of :data:`SOURCE_SUFFIXES`, tests and
+#: examples included; documentation, config, data and suffix-less files are skipped as
+#: ``not_code``): the scope of an index that, like semble's default (``ContentType.CODE``,
+#: MinishLab/semble index/files.py), holds code only
+CONTENT_SCOPES = ("all", "code")
 _CONFIG_SUFFIXES = {".toml", ".ini", ".cfg", ".yaml", ".yml", ".json", ".lock", ".conf"}
 _CONFIG_NAMES = {
     "setup.py", "conftest.py", "conf.py", "makefile", "dockerfile", ".editorconfig",
@@ -925,7 +931,7 @@ def _looks_like_output(abs_dir: Path, rel: str, view: _GitView | None, root: Pat
 def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
                 stats: WalkStats | None = None, exclude: Iterable[str] | None = None,
                 include: Iterable[str] | None = (), index_secrets: bool = False,
-                use_git: bool = True) -> Iterator[Document]:
+                use_git: bool = True, content: str = "all") -> Iterator[Document]:
     """Yield the corpus's text files in a deterministic order (top-down: each directory's files
     sorted by name, then its subdirectories sorted by name).
 
@@ -934,6 +940,7 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
     ignore files (``rgignore``, ``dotignore``, ``gitignored``), ``exclude`` (the reason of
     the pattern: ``lock_file``, ``package_metadata``, ``dependency_dir``, ``build_output``,
     ``minified``; ``excluded`` for a pattern not in :data:`DEFAULT_EXCLUDES`),
+    ``not_code`` (``content="code"``: a suffix not in :data:`SOURCE_SUFFIXES`),
     ``not_regular``, ``too_large``, ``unreadable``, ``secret``, ``binary``, ``minified`` (the
     average-line-length heuristic). A skipped directory counts once.
 
@@ -958,13 +965,20 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
             corpus that never leaves your machine).
         use_git: list files with git when the root is in a work tree (False: the
             ``.gitignore`` walk everywhere).
+        content: :data:`CONTENT_SCOPES`: ``all``, or ``code`` (source files only, by suffix;
+            an ``include`` pattern does not bring back another file).
 
     Raises:
         FileNotFoundError: ``root`` is not a directory.
+        ValueError: ``content`` is not one of :data:`CONTENT_SCOPES`.
     """
     root = Path(root)
+    if content not in CONTENT_SCOPES:
+        raise ValueError(f"corpus.content must be one of {list(CONTENT_SCOPES)}, got "
+                         f"{content!r}")
     if not root.is_dir():
         raise FileNotFoundError(f"corpus directory does not exist: {root}")
+    code_only = content == "code"
     stats = stats if stats is not None else WalkStats()
     view = _git_view(root) if use_git else None
     stats.listing = "git" if view is not None else "filesystem"
@@ -1074,6 +1088,9 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
                 stats.skipped["git_dir"] += 1
                 continue
             reason = ignore_reason(rel, False) or exclude_reason(rel, False, full)
+            if reason is None and code_only and PurePosixPath(f).suffix.lower() \
+                    not in SOURCE_SUFFIXES:
+                reason = "not_code"
             if reason is not None:
                 stats.skipped[reason] += 1
                 continue
@@ -1134,10 +1151,13 @@ def walk_corpus(root: Path, *, max_file_bytes: int = 1_000_000,
 def walk_settings(corpus: Any) -> dict[str, Any]:
     """:func:`walk_corpus` keyword arguments from a corpus config node (``corpus.*`` of
     rag/app/config.py: ``max_file_bytes``, ``exclude`` (+ ``exclude_extra``), ``include``,
-    ``index_secrets``), as plain JSON-able values — the one place a config becomes walk
-    rules, so every caller (index build, golden export, dataset checks) walks alike."""
+    ``index_secrets``, ``content``), as plain JSON-able values — the one place a config
+    becomes walk rules, so every caller (index build, golden export, dataset checks) walks
+    alike."""
     base = DEFAULT_EXCLUDES if corpus.exclude is None else [str(p) for p in corpus.exclude]
     return {"max_file_bytes": int(corpus.max_file_bytes),
             "exclude": [*base, *(str(p) for p in corpus.get("exclude_extra") or ())],
             "include": [str(p) for p in corpus.get("include") or ()],
-            "index_secrets": bool(corpus.get("index_secrets", False))}
+            "index_secrets": bool(corpus.get("index_secrets", False)),
+            "content": str(getattr(content := corpus.get("content") or "all", "value",
+                                   content))}

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from rag.corpus.walk import secret_kind
-from rag.datasets.common import (CORPUS_DIR, GOLDEN_DIR, DatasetError, Judgement, Prepared,
-                                 Topic, build_golden, dataset_tags, fingerprint, json_id,
+from rag.datasets.common import (CORPUS_DIR, EVERY_DOCUMENT, GOLDEN_DIR, DatasetError, Judgement,
+                                 Prepared, Topic, build_golden, dataset_tags, fingerprint, json_id,
                                  materialise, numbered_lines, read_jsonl, write_golden)
 
 CORPUS_FILE = "corpus.jsonl"
@@ -383,7 +383,8 @@ def prepare_beir(src: Path, *, split: str, name: str, cache_root: Path,
 
     folder, manifest, reused = materialise(cache_root, fmt="beir", name=name, fp=fp, write=write)
     prepared = Prepared(corpus_root=folder / CORPUS_DIR, golden_dir=folder / GOLDEN_DIR,
-                        directory=folder, fingerprint=fp, reused=reused, manifest=manifest)
+                        directory=folder, fingerprint=fp, reused=reused, manifest=manifest,
+                        corpus_settings=dict(EVERY_DOCUMENT))
     prepared.tags = dataset_tags(prepared, {"path": src, "split": split})
     return prepared
 

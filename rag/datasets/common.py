@@ -61,6 +61,12 @@ class Judgement:
     where: str
 
 
+#: the corpus settings of a dataset whose corpus is its documents, one file each: index every
+#: one (no default excludes, no minified-text heuristic on a long one-line document; secrets
+#: still not)
+EVERY_DOCUMENT: dict[str, Any] = {"exclude": [], "include": ["**"]}
+
+
 @dataclass
 class Prepared:
     """A dataset ready to evaluate.
@@ -73,8 +79,10 @@ class Prepared:
         reused: the folder already held this conversion.
         manifest: the content of its manifest.json.
         tags: ledger tags naming what was evaluated (``dataset_*``).
-        index_everything: the corpus is the dataset's documents, one file each (BEIR): index
-            every one (no default excludes); False: a repository, walked like any other.
+        corpus_settings: ``corpus.*`` keys the dataset sets on the run's config before the
+            corpus is walked (:data:`EVERY_DOCUMENT` for BEIR, whose corpus is its documents,
+            one file each; ``content`` for semble, whose benchmark is scored over a code-only
+            index; empty: a repository, walked as configured).
     """
 
     corpus_root: Path | None
@@ -84,7 +92,7 @@ class Prepared:
     reused: bool
     manifest: dict[str, Any]
     tags: dict[str, str] = field(default_factory=dict)
-    index_everything: bool = True
+    corpus_settings: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line for the console: what was read, what is not evaluated, where it lives."""
@@ -422,7 +430,10 @@ def _semble(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
 
     d = cfg.dataset
     root = expand_path(d.path, base=Path.cwd()) if d.path else default_root()
-    return prepare_semble(root, repo=str(d.repo), name=str(d.name), cache_root=cache_root)
+    prepared = prepare_semble(root, repo=str(d.repo), name=str(d.name), cache_root=cache_root)
+    if d.get("content") is not None:
+        prepared.corpus_settings = {"content": str(getattr(d.content, "value", d.content))}
+    return prepared
 
 
 #: dataset.format -> reader(cfg, cache_root, corpus_root) -> Prepared (a new format: one

@@ -495,8 +495,7 @@ def prepare_semble(root: Path, *, repo: str, name: str, cache_root: Path) -> Pre
     folder, manifest, reused = materialise(cache_root, fmt="semble", name=corpus_name, fp=fp,
                                            write=write)
     prepared = Prepared(corpus_root=folder / CORPUS_DIR, golden_dir=folder / GOLDEN_DIR,
-                        directory=folder, fingerprint=fp, reused=reused, manifest=manifest,
-                        index_everything=False)
+                        directory=folder, fingerprint=fp, reused=reused, manifest=manifest)
     prepared.tags = {**dataset_tags(prepared, {"path": root}), "dataset_repo": repo,
                      "dataset_language": spec.language,
                      "dataset_labels_unresolved": str(manifest["counts"]["labels_unresolved"])}

@@ -359,6 +359,38 @@ def test_unpacked_sdist_indexes_only_sources_and_docs(tmp_path: Path):
     assert stats.skipped == {"package_metadata": 2, "lock_file": 1}
 
 
+def test_code_content_keeps_source_files_by_suffix_only(tmp_path: Path):
+    root = _write(tmp_path / "repo", {
+        "README.md": "# repo\n", "docs/guide.rst": "Guide\n=====\n", "NOTES.txt": "n\n",
+        "config.yml": "a: 1\n", "package.json": "{}\n", "Makefile": "all:\n\ttrue\n",
+        "bin/tool": "#!/bin/sh\necho hi\n",                 # no suffix: not code by suffix
+        "src/app.go": "package app\n", "src/view.tsx": "export {}\n",
+        "doc/man_docs.go": "package doc\n",                  # Go code in a doc/ directory
+        "tests/test_app.py": "def test_x():\n    pass\n",   # tests and examples are code
+        "examples/demo.rb": "puts 1\n", "lib/run.bash": "echo 1\n",
+    })
+    kept = ["doc/man_docs.go", "examples/demo.rb", "lib/run.bash", "src/app.go",
+            "src/view.tsx", "tests/test_app.py"]
+    paths, stats = _walk(root, content="code")
+    assert sorted(paths) == kept
+    # README.md, docs/guide.rst, NOTES.txt, config.yml, package.json, Makefile, bin/tool: 7
+    assert stats.skipped == {"not_code": 7}
+    # an include pattern re-allows an excluded path, never a file that is not code
+    paths, _ = _walk(root, content="code", include=["README.md"])
+    assert sorted(paths) == kept
+    # the default indexes them all
+    assert len(_walk(root)[0]) == 13
+    with pytest.raises(ValueError, match="corpus.content must be one of"):
+        _walk(root, content="docs")
+
+
+def test_walk_settings_carry_the_content_scope(compose):
+    from rag.corpus.walk import walk_settings
+
+    assert walk_settings(compose([]).corpus)["content"] == "all"
+    assert walk_settings(compose(["corpus.content=code"]).corpus)["content"] == "code"
+
+
 def test_minified_heuristic_thresholds():
     one_line = lambda n: b"x" * (n - 1) + b"\n"  # noqa: E731
     assert not looks_minified("a.js", one_line(1023))           # under 1 KB: never

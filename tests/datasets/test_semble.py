@@ -249,6 +249,29 @@ def test_a_semble_row_logs_the_metric_and_its_chunk_run_rescores_to_it(tmp_path,
     assert metrics["tag.symbol.recall_at_40"] <= 2 / 3 + 1e-9
 
 
+def test_a_semble_corpus_is_indexed_as_code_unless_the_dataset_says_all(tmp_path, compose):
+    """semble's benchmark is scored over a code-only index (conf/dataset/semble.yaml
+    ``content: code``): the run's walk skips the snapshot's README.md; ``dataset.content=all``
+    keeps it; a BEIR dataset still indexes every document."""
+    from rag.app.run import run_inputs
+    from rag.corpus.walk import walk_corpus, walk_settings
+
+    src = make_dataset(tmp_path / "semble")
+    base = [f"paths.cache_dir={tmp_path / 'cache'}", "dataset=semble", f"dataset.path={src}",
+            "dataset.repo=chi"]
+    for extra, content in (([], "code"), (["dataset.content=all"], "all")):
+        cfg = compose([*base, *extra])
+        root, _, _ = run_inputs(cfg)
+        assert walk_settings(cfg.corpus)["content"] == content
+        paths = sorted(d.path for d in walk_corpus(root, **walk_settings(cfg.corpus)))
+        code = ["middleware/logger.go", "router.go", "tree.go"]
+        assert paths == (code if content == "code" else sorted([*code, "README.md"]))
+    # a semble dataset that names no content leaves corpus.content as configured
+    cfg = compose([*base, "dataset.content=null", "corpus.content=all"])
+    run_inputs(cfg)
+    assert walk_settings(cfg.corpus)["content"] == "all"
+
+
 @pytest.mark.slow
 def test_semble_suite_on_another_directory_logs_a_parent_with_tables(tmp_path):
     import subprocess
