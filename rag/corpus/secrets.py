@@ -46,8 +46,9 @@ literal. Differences, all deliberate:
   ``key: value`` / ``key = value`` line (YAML, INI, shell; a YAML colon has a space after
   it) that does not look like code: no brackets, quotes, ``:`` or ``|``, no ``$ % & * ! ?``
   first, and an identifier only with a digit in it, naming no credential or type
-  (``token = tok``, ``private_key: PKCS7PrivateKeyTypes`` are code; so, unquoted, is
-  ``password: letmein``).
+  (``token = tok``, ``private_key: PKCS7PrivateKeyTypes`` are code; so, unquoted in source,
+  is ``password = letmein``; in a config file, :func:`has_literal_values`, an unquoted value
+  is a literal and judged as a quoted one).
   It is no placeholder, URL, path, file name, template, number, UUID, reference or
   ``snake_case`` identifier (:func:`generic_value_is_secret`). Two kinds with their own
   bars: ``generic_secret`` (gitleaks': at least 10 characters, not only letters, ``_``,
@@ -115,7 +116,9 @@ class TokenRule:
         keywords: lower-case strings one of which the text must hold for the rule to run
             (gitleaks' keywords: a cheap pre-filter).
         min_entropy: the literal's least Shannon entropy (bits per character).
-        accept: a further check of a match (None: every match with enough entropy).
+        accept: a further check of a match, ``accept(match, literal_values)`` (None: every
+            match with enough entropy); ``literal_values``: the text is a config file's,
+            whose unquoted values are literals (:func:`redact_secrets`).
     """
 
     kind: str
@@ -123,7 +126,7 @@ class TokenRule:
     pattern: re.Pattern
     keywords: tuple[str, ...]
     min_entropy: float = 0.0
-    accept: Callable[[re.Match], bool] | None = None
+    accept: Callable[[re.Match, bool], bool] | None = None
 
 
 _END = r"(?![\w-])"  # a token ends where no word character or '-' follows
@@ -136,7 +139,7 @@ def _token(kind: str, source: str, regex: str, keywords: tuple[str, ...],
     return TokenRule(kind=kind, source=source,
                      pattern=re.compile(f"(?P<s>{regex}){_END}", flags), keywords=keywords,
                      min_entropy=min_entropy,
-                     accept=lambda m: not is_placeholder(m.group("s")))
+                     accept=lambda m, _literal: not is_placeholder(m.group("s")))
 
 
 # the last word of an assigned name that makes its value a credential, and of those, the
@@ -238,13 +241,14 @@ def _full_name(m: re.Match) -> str:
     return text[i:m.end("name")]
 
 
-def _accept_generic(m: re.Match) -> bool:
+def _accept_generic(m: re.Match, literal_values: bool = False) -> bool:
     kind = generic_kind(_full_name(m))
     value = m.group("s") if m.group("s") is not None else m.group("u")
     if m.group("s") is None and m.group("op") == ":" and not m.group("ws"):
         return False  # "password:string" is no YAML mapping (a mapping's colon has a space)
-    return kind is not None and generic_value_is_secret(value, kind=kind,
-                                                        quoted=m.group("s") is not None)
+    # in a config file an unquoted value is a literal, never an identifier of code
+    quoted = m.group("s") is not None or literal_values
+    return kind is not None and generic_value_is_secret(value, kind=kind, quoted=quoted)
 
 
 _SLACK = ("xoxb", "xoxp", "xoxa", "xoxo", "xoxs", "xoxr", "xoxe", "xapp")
@@ -289,6 +293,13 @@ TOKEN_RULES: tuple[TokenRule, ...] = (
            r"\bsk-ant-(?:api03|admin01)-[a-zA-Z0-9_\-]{93}AA", ("sk-ant-",), 0.0),
     _token("huggingface_token", "huggingface-access-token", r"\bhf_(?i:[a-z]{34})", ("hf_",),
            2.0),
+    # a UUID is an id unless a Heroku name is assigned it (gitleaks' heroku-api-key, whose
+    # keyword is the service's name; the generic rule never takes a UUID)
+    TokenRule("heroku_key", "heroku-api-key",
+              re.compile(r"(?i:heroku)[\w.\-]{0,20}[\"'\]]{0,2}[ \t]*(?::=|=>|=|:)[ \t]*"
+                         r"[\"'`]?(?P<s>[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})"
+                         + _END),
+              ("heroku",), 0.0, lambda m, _literal: not is_placeholder(m.group("s"))),
     TokenRule("generic_secret", "generic-api-key (narrowed: see the module docstring)",
               _GENERIC, ("pass", "pwd", "secret", "token", "key", "credential"), 0.0,
               _accept_generic),
@@ -308,11 +319,16 @@ def _kind_of(rule: TokenRule, m: re.Match) -> str:
     return rule.kind
 
 
-def redact_secrets(text: str) -> tuple[str, Counter]:
+def redact_secrets(text: str, *, literal_values: bool = False) -> tuple[str, Counter]:
     """``text`` with every secret literal that :data:`TOKEN_RULES` finds replaced by
     ``[REDACTED:<kind>]`` (nothing else changes: quotes, names and line breaks stay), and the
     number of literals redacted per kind (an empty Counter when nothing was found, and then
     ``text`` itself is returned).
+
+    Args:
+        literal_values: ``text`` is a config file's (YAML, INI, TOML, properties, .env:
+            :func:`has_literal_values`), where ``password: hunterhunter`` assigns a literal:
+            an unquoted value is judged as a quoted one (in code it may be an identifier).
 
     The values are never returned, logged or kept."""
     found: Counter = Counter()
@@ -327,7 +343,7 @@ def redact_secrets(text: str) -> tuple[str, Counter]:
             group = "s" if m.group("s") is not None else "u"
             value = m.group(group)
             if (shannon_entropy(value) < rule.min_entropy
-                    or (rule.accept is not None and not rule.accept(m))):
+                    or (rule.accept is not None and not rule.accept(m, literal_values))):
                 return m.group(0)
             kind = _kind_of(rule, m)
             found[kind] += 1
@@ -339,6 +355,19 @@ def redact_secrets(text: str) -> tuple[str, Counter]:
         if new != text:
             text, lowered = new, None
     return text, found
+
+
+#: suffixes of config files whose unquoted values are literals (:func:`has_literal_values`)
+LITERAL_VALUE_SUFFIXES = frozenset({".yaml", ".yml", ".ini", ".cfg", ".conf", ".toml",
+                                    ".properties", ".env"})
+
+
+def has_literal_values(path: str) -> bool:
+    """Whether the file ``path`` (any separators) is a config file whose unquoted values are
+    literals: a suffix of :data:`LITERAL_VALUE_SUFFIXES`, or a ``.env`` / ``.env.*`` name."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    return (name.startswith(".env") or "." in name
+            and "." + name.rsplit(".", 1)[-1] in LITERAL_VALUE_SUFFIXES)
 
 
 def find_secrets(text: str) -> Counter:

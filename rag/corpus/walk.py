@@ -58,7 +58,7 @@ from typing import Any, Iterable, Iterator
 
 import pathspec
 
-from rag.corpus.secrets import REDACTION_KINDS, redact_secrets
+from rag.corpus.secrets import REDACTION_KINDS, has_literal_values, redact_secrets
 from rag.corpus.secrets import is_placeholder as _is_placeholder
 
 logger = logging.getLogger(__name__)
@@ -668,7 +668,7 @@ def redact_document_text(path: str, text: str, stats: WalkStats | None = None) -
     """``text`` of the document ``path`` with its secret literals replaced by
     ``[REDACTED:<kind>]`` (:func:`rag.corpus.secrets.redact_secrets`), counted in ``stats``
     and logged by path and kinds (never a value). The one place text enters the index."""
-    text, found = redact_secrets(text)
+    text, found = redact_secrets(text, literal_values=has_literal_values(path))
     if found:
         if stats is not None:
             stats.note_redacted(path, found)

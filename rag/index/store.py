@@ -21,7 +21,9 @@ from rag.corpus.chunk import CHUNKER_VERSION, Chunk
 STORE_VERSION = "2"
 # bump when the walk's rules (what is skipped, how files are categorised) change
 # 5: secret literals in indexed files are redacted (rag/corpus/secrets.py)
-WALK_VERSION = "5"
+# 6: corpus.content (code only) and more literals redacted (Heroku keys; a config file's
+#    unquoted password)
+WALK_VERSION = "6"
 
 
 def stat_fingerprint(root: Path) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_overrides, write_tree
-from rag.corpus.secrets import (REDACTION_KINDS, TOKEN_RULES, redact_secrets,
-                                shannon_entropy)
+from rag.corpus.secrets import (REDACTION_KINDS, TOKEN_RULES, has_literal_values,
+                                redact_secrets, shannon_entropy)
 from rag.corpus.walk import (Document, WalkStats, describe_redactions, drop_secret_documents,
                              walk_corpus)
 
@@ -177,6 +177,54 @@ ORDINARY = [
 @pytest.mark.parametrize("text", ORDINARY)
 def test_placeholders_and_ordinary_code_are_not_redacted(text: str):
     assert redact_secrets(text) == (text, Counter())
+
+
+def test_a_heroku_name_makes_a_uuid_a_key():
+    """A UUID is an id (ORDINARY) unless a Heroku name is assigned it (gitleaks'
+    heroku-api-key), in code, shell and YAML alike."""
+    for text in (f'HEROKU_API_KEY = "{_UUID}"\n', f"export HEROKU_API_KEY={_UUID}\n",
+                 f"deploy:\n  heroku_api_key: {_UUID}\n", f"heroku.key => '{_UUID}'\n"):
+        red, found = redact_secrets(text)
+        assert found == Counter(heroku_key=1) and red == text.replace(_UUID,
+                                                                      "[REDACTED:heroku_key]")
+    for text in (f"heroku_app_id = {_UUID[:-1]}\n", "HEROKU_API_KEY=${HEROKU_API_KEY}\n"):
+        assert redact_secrets(text) == (text, Counter())
+
+
+@pytest.mark.parametrize("path, literal", [
+    ("config.yaml", True), ("deploy/app.yml", True), ("setup.cfg", True), ("tox.ini", True),
+    ("pyproject.toml", True), ("conf/app.properties", True), (".env", True),
+    (".env.production", True), ("prod.env", True), ("src\\settings.conf", True),
+    ("settings.py", False), ("README.md", False), ("config.json", False), ("Makefile", False),
+    ("yaml", False)])
+def test_which_files_hold_literal_values(path: str, literal: bool):
+    assert has_literal_values(path) is literal
+
+
+def test_a_config_files_unquoted_password_is_a_literal_code_s_is_not():
+    """``password: hunterhunter`` in YAML (or ``DB_PASSWORD=...`` in a .env) assigns a string;
+    in code ``password = hunterhunter`` names a variable. Placeholders, templates, camelCase
+    and words naming a credential stay ordinary in config files too."""
+    weak = "hunter" + "hunter"
+    for text in (f"db:\n  password: {weak}\n", f"DB_PASSWORD={weak}\n",
+                 f"[db]\npassword = {weak}\n"):
+        red, found = redact_secrets(text, literal_values=True)
+        assert found == Counter(password=1) and weak not in red, text
+        assert redact_secrets(text) == (text, Counter())  # the same line read as code
+    for text in ("password: ${DB_PASSWORD}\n", "password: changeme\n",
+                 "password: PasswordInput\n", "password_field: hunterhunter\n",
+                 "token: tokenValue\n", "secret_key: some_secret_name\n"):
+        assert redact_secrets(text, literal_values=True) == (text, Counter()), text
+
+
+def test_the_walk_reads_config_values_as_literals(tmp_path: Path):
+    weak = "hunter" + "hunter"
+    root = write_tree(tmp_path / "repo", {"deploy/config.yaml": f"db:\n  password: {weak}\n",
+                                          "app.py": f"password = {weak}\n"})
+    stats = WalkStats()
+    docs = {d.path: d.text for d in walk_corpus(root, stats=stats)}
+    assert weak not in docs["deploy/config.yaml"] and weak in docs["app.py"]
+    assert stats.as_dict()["secrets_redacted_password"] == 1
 
 
 # --------------------------------------------------------------------------- the walk
