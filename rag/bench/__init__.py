@@ -26,6 +26,8 @@ minute, because absolute times on a shared machine drift:
     (:mod:`rag.bench.cold_search`).
 11. ``launchers`` — the routing sweep under the basic launcher and ``hydra/launcher=ray``:
     wall time and chunks embedded, each from a cold cache (:mod:`rag.bench.launchers`).
+12. ``index_cold`` — a cold ``rag index`` process, the fast path (``system=rag_fast``) against
+    the default embedder: wall time and seconds per 1,000 chunks (:mod:`rag.bench.cold_index`).
 
 Every figure is the median of repeated measurements with their min and max. Runs of
 ``rag.app.run`` log into a temporary MLflow store, never the project's ledger. Nothing here is
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 SECTIONS = ("bm25", "dense", "build", "eval", "latency", "sweep", "e2e", "serve", "ann",
-            "dtype", "cli", "launchers")
+            "dtype", "cli", "launchers", "index_cold")
 
 #: Queries for a corpus without golden labels (``corpus.path`` without ``eval.golden_dir``).
 GENERIC_QUERIES = ["main entry point", "configuration", "error handling", "tests",
@@ -89,6 +91,7 @@ class Profile:
     dtype_sample: int = 64
     dtype_reps: int = 3
     cli_reps: int = 5
+    index_cold_reps: int = 3
     launcher_reps: int = 2
     launcher_modes: tuple[str, ...] = ("dense", "bm25", "hybrid", "auto")
 
@@ -107,7 +110,8 @@ class Profile:
                    rerank_passes=1, cross_encoder_queries=2, sweep_modes=("dense", "auto"),
                    sweep_reps=1, warm_reps=1, cold_index_reps=1, cold_full_reps=0,
                    serve_requests=120, ann_sizes=(100_000,), ann_exact_queries=50,
-                   dtype_sample=24, dtype_reps=2, cli_reps=2, launcher_reps=1,
+                   dtype_sample=24, dtype_reps=2, cli_reps=2, index_cold_reps=1,
+                   launcher_reps=1,
                    launcher_modes=("dense", "bm25"))
 
 
@@ -324,7 +328,7 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
 
         section("ann", lambda: bench_ann(sizes=prof.ann_sizes,
                                          exact_queries=prof.ann_exact_queries))
-    if {"dtype", "launchers"} & set(sections) and cfg is None:
+    if {"dtype", "launchers", "index_cold"} & set(sections) and cfg is None:
         from rag.corpus.fetch import corpus_root
         from rag.app.search_cli import cli_error, compose_config
 
@@ -342,6 +346,11 @@ def run_sections(args: argparse.Namespace, prof: Profile, sections: list[str],
         from rag.bench.cold_search import bench_cold_search
 
         section("cli", lambda: bench_cold_search(overrides, scratch, reps=prof.cli_reps))
+    if "index_cold" in sections:
+        from rag.bench.cold_index import bench_cold_index
+
+        section("index_cold", lambda: bench_cold_index(cfg, overrides, scratch,
+                                                       reps=prof.index_cold_reps))
     if "launchers" in sections:
         from rag.bench.launchers import bench_launchers
 
@@ -389,12 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(results)
     from rag.bench.ann import render_ann
+    from rag.bench.cold_index import render_cold_index
     from rag.bench.cold_search import render_cold_search
     from rag.bench.encoders import render_encoders
     from rag.bench.launchers import render_launchers
 
     for name, render_section in (("ann", render_ann), ("dtype", render_encoders),
-                                 ("cli", render_cold_search), ("launchers", render_launchers)):
+                                 ("cli", render_cold_search), ("launchers", render_launchers),
+                                 ("index_cold", render_cold_index)):
         if isinstance(results.get(name), dict) and "error" not in results[name]:
             text += "\n" + "\n".join(render_section(results[name]))
     out.write_text(text + "\n")

@@ -174,3 +174,49 @@ def test_dense_scores_split_into_row_blocks_equal_one_product(monkeypatch, embed
     assert np.array_equal(split, whole)
     assert ch.top(split, 5) == ch.top(whole, 5)
     assert [i for i, _ in ch.top(split, 5)] == list(np.argsort(-whole, kind="stable")[:5])
+
+
+def test_cold_index_reads_the_chunk_count_and_renders_the_goal():
+    from rag.bench.cold_index import indexed_counts, render_cold_index
+    from rag.bench.render import targets
+
+    line = ("indexed 1,204 files, 12,345 chunks (corpus read and chunked); chunks embedded: "
+            "12,345, from the embedding cache: 0\n")
+    assert indexed_counts("warning: x\n" + line) == (1204, 12345)
+    with pytest.raises(ValueError, match="no 'indexed N files"):
+        indexed_counts("error: nothing\n")
+    wall = {"median": 6.0, "min": 5.5, "max": 7.0, "n": 3, "unit": "s"}
+    rss = {"median": 300.0, "min": 290.0, "max": 310.0, "n": 3, "unit": "MiB"}
+    r = {"reps": 3, "goal_s_per_1000_chunks": 10.0,
+         "fast path (system=rag_fast)": {"wall": wall, "peak_rss_mib": rss, "files": 99,
+                                         "chunks": 1500, "s_per_1000_chunks": 4.0,
+                                         "command": "rag index system=rag_fast"},
+         "default (MiniLM)": {"wall": {**wall, "median": 60.0}, "peak_rss_mib": rss,
+                              "files": 99, "chunks": 1500, "s_per_1000_chunks": 40.0,
+                              "command": "rag index"},
+         "ratio_fast_to_default": 0.1, "meets_goal": True}
+    md = "\n".join(render_cold_index(r))
+    assert "| fast path (system=rag_fast) | 99 | 1500 | 6.0 s (5.5-7.0) | 4.0 | 300 MiB |" in md
+    assert "Goal met: yes" in md
+    (t,) = targets({"index_cold": r})
+    assert t["met"] is True and t["measured"] == "4.0 s (6.0 s for 1,500 chunks)"
+
+
+@pytest.mark.slow
+def test_cold_index_section_builds_into_an_empty_cache(fixture_repo, tmp_path, monkeypatch):
+    """One cold build of the fixture repository by the fast path: its chunk count is the
+    index's, and the cold cache is removed after it (the configured cache keeps its models)."""
+    from rag.bench.cold_index import bench_cold_index
+    from rag.app.search_cli import compose_config
+
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = [f"corpus.path={fixture_repo}", "corpus.name=shop"]
+    cfg = compose_config(overrides)
+    r = bench_cold_index(cfg, overrides, tmp_path / "scratch", reps=1,
+                         configs={"fast": ("system=rag_fast",)})
+    fast = r["fast"]
+    assert fast["files"] == 7 and fast["chunks"] == 15 and fast["wall"]["n"] == 1
+    assert fast["s_per_1000_chunks"] == pytest.approx(1000 * fast["wall"]["median"] / 15)
+    assert r["ratio_fast_to_default"] is None and isinstance(r["meets_goal"], bool)
+    assert (tmp_path / "cache" / "models").is_dir()
+    assert not list((tmp_path / "scratch").glob("index-cold-fast-*"))
