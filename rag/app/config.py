@@ -968,13 +968,13 @@ def validate_dataset(cfg: DictConfig) -> None:
     needed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels"),
               "semble": ("repo",)}[fmt]
     allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives"),
-               "semble": ("path", "repo")}[fmt]
+               "semble": ("path", "repo", "content")}[fmt]
     if fmt == "semble" and d.path is None:
         from rag.datasets.semble import default_root, missing_default_message
 
         if default_root() is None:
             raise ValueError(missing_default_message())
-    for key in ("path", "topics", "qrels", "negatives", "repo"):
+    for key in ("path", "topics", "qrels", "negatives", "repo", "content"):
         if d[key] is None and key in needed:
             raise ValueError(f"dataset={fmt} needs dataset.{key}="
                              + ("DIR" if key == "path" else "NAME (a repository of repos.json)"

@@ -300,9 +300,9 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
 
     With ``publish`` (``rag index``) the corpus is (re)indexed and published as a new build —
     unless the current build already holds exactly that (:func:`rag.index.versioned.
-    unchanged_build`: same files, settings, embedder and commit, verified), when nothing is
-    published and the manifest returned carries ``"unchanged": True``; ``force`` publishes
-    anyway.
+    unchanged_build`: same files, settings, embedder, BM25 and commit, verified, and not
+    older than ``index.max_age_h``), when nothing is published and the manifest returned
+    carries ``"unchanged": True``; ``force`` publishes anyway.
     Otherwise the current build is loaded — no corpus read — and refused if its embedder or
     dimension differs from the config (with ``strict=False`` the error is returned in the
     manifest's ``refused`` field instead of raised); with no build yet, or a build recorded
@@ -370,7 +370,8 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                       dim=embedder.dim, normalized=bool(cfg.embedder.normalize),
                       corpus_root=str(root), corpus_sdist=identity.get("corpus_sdist"),
                       settings=index_settings(cfg), source=source.as_dict())
-        if not force and (same := versioned.unchanged_build(root_dir, index, **record)):
+        if not force and (same := versioned.unchanged_build(
+                root_dir, index, max_age_h=float(cfg.index.max_age_h), **record)):
             return cfg, index, {**same, "unchanged": True}
         versioned.publish(index, root_dir, **record)
         return cfg, index, versioned.read_manifest(root_dir)
@@ -583,8 +584,8 @@ def index_command(args: Namespace) -> int:
     model = f"{manifest['embedder_id'].split('|')[0]}, dim {manifest['dim']}"
     if manifest.get("unchanged"):
         print(f"nothing changed since build {manifest['build_id']} ({model}: same files, "
-              "settings, embedder and commit, verified): it stays current, nothing published "
-              "(--force publishes a new build)")
+              "settings, embedder, BM25 and commit, verified, younger than index.max_age_h): "
+              "it stays current, nothing published (--force publishes a new build)")
     else:
         print(f"published build {manifest['build_id']} ({model})")
     _prepare_query_encoder(cfg)

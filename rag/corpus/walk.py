@@ -78,6 +78,8 @@ SOURCE_SUFFIXES = {
     ".cjs", ".mts", ".cts", ".kts", ".cxx", ".c++", ".hh", ".hxx", ".h++", ".sc",
     # Elixir (by symbol since chunker 6)
     ".ex", ".exs",
+    # in windows: Bats tests, Vue and Svelte components, Cython
+    ".bats", ".vue", ".svelte", ".pyx", ".pxd",
 }
 #: directories whose files are tests: Python/Java (src/test/)/Rust/Go tests/ and test/,
 #: RSpec and Jasmine spec/, Jest __tests__/ and its module mocks __mocks__/ (test doubles that

@@ -359,16 +359,29 @@ def publish(index: Any, root_dir: Path, *, embedder_id: str, dim: int, normalize
 def unchanged_build(root_dir: Path, index: Any, *, embedder_id: str, dim: int,
                     normalized: bool, corpus_root: str, corpus_sdist: str | None = None,
                     settings: dict[str, Any] | None = None,
-                    source: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                    source: dict[str, Any] | None = None,
+                    max_age_h: float | None = None) -> dict[str, Any] | None:
     """The current build's manifest when it already holds exactly what :func:`publish` would
     write for ``index`` with these arguments — the same files (``corpus_fingerprint``) and
-    chunk count, embedder, settings, corpus and source (commit) — and passes
-    :func:`verify_build` with hashes; None otherwise (nothing published, another record, a
-    damaged build). What lets ``rag index`` on an unchanged tree publish nothing."""
+    chunk count, embedder, settings, corpus and source (commit), the same saved BM25 (backend,
+    ``k1``, ``b``) — is no older than ``max_age_h`` hours (None: any age; an older one is
+    stale, and publishing anew refreshes it) and passes :func:`verify_build` with hashes; None
+    otherwise (nothing published, another record, a stale or damaged build). What lets
+    ``rag index`` on an unchanged tree publish nothing."""
     try:
         manifest = read_manifest(root_dir)
     except (NoIndexError, DamagedBuildError):
         return None
+    if max_age_h is not None and ("built_at" not in manifest
+                                  or age_hours(manifest) > float(max_age_h)):
+        return None
+    bm25 = getattr(index, "bm25", None)
+    if bm25 is not None and bm25.backend == "bm25s":  # the backend whose matrix is saved
+        saved = manifest.get("bm25")
+        if not isinstance(saved, dict) or any(
+                saved.get(k) != v for k, v in (("backend", bm25.backend),
+                                               ("k1", float(bm25.k1)), ("b", float(bm25.b)))):
+            return None
     would = {"format": FORMAT_VERSION, "embedder_id": embedder_id, "dim": dim,
              "normalized": normalized, "tokenizer_version": TOKENIZER_VERSION,
              "chunker_version": CHUNKER_VERSION,

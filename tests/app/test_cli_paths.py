@@ -111,6 +111,13 @@ def test_rag_index_on_an_unchanged_tree_publishes_nothing(env, tmp_path, capsys)
     assert main(["index", "--path", str(corpus), "--force"]) == 0
     forced = versioned.current_build_id(root)
     assert forced != first and f"published build {forced}" in capsys.readouterr().out
+    # other BM25 parameters are another saved matrix; a stale build is refreshed
+    for override in ("bm25.k1=1.2", "index.max_age_h=0"):
+        assert main(["index", "--path", str(corpus), override]) == 0
+        assert "published build" in capsys.readouterr().out, override
+    assert main(["index", "--path", str(corpus), "--force"]) == 0
+    forced = versioned.current_build_id(root)
+    capsys.readouterr()
     path = corpus / "src" / "shop" / "cart.py"  # indexed (build/ is ignored by .gitignore)
     path.write_text(path.read_text() + "\n\ndef added_later():\n    return 1\n")
     assert main(["index", "--path", str(corpus)]) == 0

@@ -373,3 +373,12 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     # a mean over part of the repositories would mislead: none
     assert "| **macro** | | 0.300 | 0.600 | 0.625 | — |" in lines
     assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}
+
+
+def test_dataset_content_is_read_by_semble_only(tmp_path, compose):
+    from rag.app.config import validate_dataset
+
+    for overrides in (["dataset.content=code"],
+                      ["dataset=beir", f"dataset.path={tmp_path}", "dataset.content=code"]):
+        with pytest.raises(ValueError, match="dataset.content is not read"):
+            validate_dataset(compose(overrides))
