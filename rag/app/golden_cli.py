@@ -741,7 +741,8 @@ def render_stats(st: dict[str, Any]) -> list[str]:
              f"  by source:   {kv(st['by_source'])} (queries); labels (relevant and "
              f"not_relevant): {kv(st.get('labels_by_source', {}))}",
              f"  several labels: {st['several_labels']} queries (labels per query: "
-             f"{kv(st['labels_per_query'])})",
+             + (", ".join(f"{n} {'query' if n == 1 else 'queries'} with {k}"
+                          for k, n in st["labels_per_query"].items()) or "none") + ")",
              f"  negatives by tag: {kv(st['negatives_by_tag'])}"]
     pw = st.get("power")
     if pw and not pw["sd"] > 0:  # every pilot query scored alike: no spread to size from
