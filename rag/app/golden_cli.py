@@ -456,6 +456,8 @@ def _yaml_str(s: str) -> str:
 def scaffold_texts(view, *, grep_hits: int | None = None) -> tuple[str, str]:
     """(queries.yaml, negatives.yaml) for the corpus ``view``
     (:class:`rag.golden.label_check.CorpusView`)."""
+    from rag.golden.pooling import INIT_EXAMPLE_PREFIX
+
     name = view.name
     seed = _seed_file(view)
     is_readme = seed.lower().startswith("readme")
@@ -473,7 +475,7 @@ def scaffold_texts(view, *, grep_hits: int | None = None) -> tuple[str, str]:
 corpus: {name}
 queries:
   # EXAMPLE: replace it with your own queries (it is here so that the set loads and runs).
-  - id: example-file
+  - id: {INIT_EXAMPLE_PREFIX}file
     query: {_yaml_str(query)}
     tags: {tags}             # free-form; metrics are also reported per tag
     relevant:
@@ -634,7 +636,9 @@ def check_command(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     n_labels = sum(len(q.relevant) + len(getattr(q, "not_relevant", None) or ())
                    for q in golden.positives)
-    examples = [q.id for q in golden.positives if q.id.startswith("example-")]
+    from rag.golden.pooling import is_init_example
+
+    examples = [q.id for q in golden.positives if is_init_example(q.id)]
     pinned = None
     if args.pin and not problems:
         from rag.golden.label_check import pin_digests

@@ -209,6 +209,16 @@ def _entries(data: Any, path: Path) -> tuple[str, list[Any]]:
     raise PoolError(f"{path}: expected a 'queries:' or 'candidates:' list at the top level")
 
 
+#: the id prefix of the placeholder queries ``rag golden init`` writes (``example-file``)
+INIT_EXAMPLE_PREFIX = "example-"
+
+
+def is_init_example(query_id: str) -> bool:
+    """Whether ``query_id`` is one of ``rag golden init``'s placeholder queries (never pooled;
+    ``rag golden check`` names those left in)."""
+    return query_id.startswith(INIT_EXAMPLE_PREFIX)
+
+
 def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
                       warn=None) -> list[PoolQuery]:
     """The queries to pool, in file order.
@@ -639,6 +649,12 @@ def pool_command(args: argparse.Namespace, *, rank: Ranker | None = None) -> int
             raise PoolError(f"--depth must be >= 1, got {args.depth}")
         files = [Path(f) for f in args.queries] if args.queries else [golden / QUERIES_FILE]
         queries = load_pool_queries(golden, files)
+        examples = [q.id for q in queries if q.origin == GOLDEN_ORIGIN and is_init_example(q.id)]
+        if examples:
+            print(f"note: left out {len(examples)} example query(ies) from rag golden init "
+                  f"({', '.join(examples)}): edit or delete them in {golden / QUERIES_FILE}",
+                  file=sys.stderr)
+            queries = [q for q in queries if q.id not in examples or q.origin != GOLDEN_ORIGIN]
         if not queries:
             raise PoolError("no query to pool in " + ", ".join(str(f) for f in files))
         corpus = None

@@ -1183,6 +1183,10 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
         stdout.flush()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if summary.left and not args.script and not stdin.isatty():
+        print(f"note: standard input is not a terminal, so it was read as a review script and "
+              f"ended with {summary.left} pair(s) left; run rag golden review in a terminal to "
+              "judge them by key, or give the keys with --script FILE", file=sys.stderr)
     done = summary.relevant + summary.not_relevant
     stdout.write(f"judged {done} pair(s) ({summary.relevant} relevant, {summary.not_relevant} "
                  f"not relevant), skipped {summary.skipped}, edited {summary.edited} query text(s)"

@@ -60,10 +60,12 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
                  "--modes", "bm25", "grep", "--queries", str(golden / "queries.yaml"),
                  str(golden / "candidates-git.yaml"), "--depth", "3",
                  f"paths.cache_dir={cache}"]) == 0
-    out = capsys.readouterr().out
-    assert "pooled 2 ranking(s) at depth 3 over 3 queries" in out  # init's example + 2
+    captured = capsys.readouterr()
+    # init's placeholder query is left out (named), the 2 candidates are pooled
+    assert "pooled 2 ranking(s) at depth 3 over 2 queries" in captured.out
+    assert "left out 1 example query(ies) from rag golden init (example-file)" in captured.err
     pool_lines = (golden / "pool.jsonl").read_text().splitlines()
-    assert len(pool_lines) == 4  # the header and one line per query
+    assert len(pool_lines) == 3  # the header and one line per query
 
     # review only the proposals, in the candidates file's order (newest first): the refund's
     # query makes no golden query (discarded), the discount's label is right

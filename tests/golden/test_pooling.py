@@ -776,3 +776,18 @@ def test_a_judgement_lands_in_one_query_and_never_adds_a_problem(tmp_path):
     with pytest.raises(Exception, match="the write was undone"):
         ed.judge("qc", "queries.yaml", "src/shop/cart.py", relevant=True)
     assert (golden / "queries.yaml").read_text() == before
+
+
+def test_review_from_a_stdin_that_is_no_terminal_says_why_it_stopped(setup, capsys):
+    tmp_path, repo, golden, cands = setup
+    pool_file = _pool(tmp_path, golden, cands, "--run-file", str(tmp_path / "a.trec"),
+                      str(tmp_path / "b.trec"))
+    capsys.readouterr()
+    args = _parse(add_review_parser, ["review", "--pool", str(pool_file), "--golden",
+                                      str(golden), "--corpus-root", str(repo)])
+    out = io.StringIO()
+    # `rag golden review ... </dev/null`: an empty script; 6 pairs are left
+    assert review_command(args, stdin=io.StringIO("n\n"), stdout=out) == 0
+    err = capsys.readouterr().err
+    assert "standard input is not a terminal" in err and "ended with 5 pair(s) left" in err
+    assert "judged 1 pair(s) (0 relevant, 1 not relevant)" in out.getvalue()
