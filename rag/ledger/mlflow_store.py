@@ -854,6 +854,15 @@ class Ledger:
         Raises:
             LookupError: no row, or several rows, match ``ref``.
         """
+        if len(ref) == 32 and all(c in "0123456789abcdef" for c in ref):
+            # a whole id (what sweeps and pages pass): one lookup, not a scan of every row
+            with contextlib.suppress(Exception):
+                run = self.client.get_run(ref)
+                if (run.info.status == "FINISHED" and run.info.lifecycle_stage == "active"
+                        and run.data.tags.get("rag.sweep_parent") != "1"
+                        and self.client.get_experiment(
+                            run.info.experiment_id).lifecycle_stage == "active"):
+                    return ref
         ids = [r.info.run_id for e in self.client.search_experiments()
                for r in self.rows([e.experiment_id]) if r.info.run_id.startswith(ref)]
         if len(ids) == 1:

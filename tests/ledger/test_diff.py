@@ -207,3 +207,27 @@ def test_paired_tests_are_the_sweeps_engine_with_holm_across_metrics():
     line = next(ln for ln in text.splitlines() if ln.startswith("mrr"))
     assert line.split()[1] == f"{8 * 0.5 / 12:+.4f}"
     assert paired_tests(a, _frame({"other": 1})) == []
+
+
+def test_a_whole_run_id_resolves_by_one_lookup_as_a_prefix_would(tmp_path):
+    """A whole id (what sweeps pass) is looked up directly; only a finished, active row that is
+    no sweep parent resolves, exactly as the prefix scan decides."""
+    from mlflow.tracking import MlflowClient
+
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rag-shop", artifact_location=str(tmp_path / "art"))
+    done, running, deleted, parent = (client.create_run(exp).info.run_id for _ in range(4))
+    for rid in (done, deleted, parent):
+        client.set_terminated(rid, "FINISHED")
+    client.delete_run(deleted)
+    client.set_tag(parent, "rag.sweep_parent", "1")
+    ledger = Ledger(uri)
+    assert ledger.resolve_run_id(done) == done == ledger.resolve_run_id(done[:10])
+    with pytest.raises(LookupError, match="never finished"):
+        ledger.resolve_run_id(running)
+    for rid in (deleted, parent):
+        with pytest.raises(LookupError, match="no ledger row matches"):
+            ledger.resolve_run_id(rid)
