@@ -46,16 +46,20 @@ def _concurrently(fn, args: list) -> list:
 
 
 def _same_result(a, b) -> None:
-    """Two SearchResults rank and return the same chunks, scores within 1e-6."""
+    """Two SearchResults rank and return the same chunks, scores within 1e-6 of their size
+    (or 1e-6 absolute near 0): a query embedded in a batch differs from one embedded alone in
+    the float32 rounding of the matrix product (~1e-7), and the ranking stage's scores (its
+    features in units of the best first-stage score, the definition's up to 4.5x that) carry
+    it scaled up."""
     for got, want in ((a.ranked, b.ranked), (a.hits, b.hits)):
         assert [h.chunk_id for h in got] == [h.chunk_id for h in want]
         for x, y in zip(got, want):
-            assert x.score == pytest.approx(y.score, abs=1e-6)
+            assert x.score == pytest.approx(y.score, rel=1e-6, abs=1e-6)
             assert x.scores.keys() == y.scores.keys()
             for k in x.scores:
                 assert (x.scores[k] is None) == (y.scores[k] is None)
                 if x.scores[k] is not None:
-                    assert x.scores[k] == pytest.approx(y.scores[k], abs=1e-6)
+                    assert x.scores[k] == pytest.approx(y.scores[k], rel=1e-6, abs=1e-6)
     assert (a.route, a.dropped, a.weak_match, a.reason) == (b.route, b.dropped, b.weak_match,
                                                            b.reason)
     assert a.top_dense == pytest.approx(b.top_dense, abs=1e-6)
