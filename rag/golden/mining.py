@@ -522,8 +522,10 @@ def mine_command(args: argparse.Namespace) -> int:
         if out.exists() and out.is_dir():
             raise MiningError(f"--out {out}: is a directory")
         if out.exists() and not getattr(args, "force", False):
-            raise MiningError(f"--out {out}: exists (it may hold review verdicts and "
-                              "discards); give --force to overwrite it, or another --out")
+            raise MiningError(f"--out {out}: exists (it may hold review verdicts, lost if "
+                              "overwritten; candidates discarded in review are already gone "
+                              "from it, and a new mine proposes them again); give --force to "
+                              "overwrite it, or another --out")
         result = mine(args)
         text = render_candidates(result, corpus=args.corpus or _corpus_of(args.golden))
         out.parent.mkdir(parents=True, exist_ok=True)
