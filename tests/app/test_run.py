@@ -235,10 +235,16 @@ def test_logs_never_contain_the_query_text(tmp_path, fixture_repo, fixture_golde
 
 
 @pytest.mark.slow
-def test_every_sweep_file_composes_and_validates(compose):
+def test_every_sweep_file_composes_and_validates(compose, tmp_path):
     """No sweep file rots: every job of every sweep composes against the schema and passes
-    validation (a dry run of each job's config), and the baseline is the first job."""
+    validation (a dry run of each job's config), and the baseline is the first job. A sweep of
+    ``dataset.*`` keys (run under ``+suite=semble``) is composed under a semble dataset."""
     import itertools
+
+    from semble_dataset import make_dataset
+
+    semble = ["dataset=semble", f"dataset.path={make_dataset(tmp_path / 'semble')}",
+              "dataset.repo=chi"]
 
     from rag.app.config import validate
 
@@ -277,7 +283,8 @@ def test_every_sweep_file_composes_and_validates(compose):
         jobs = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in swept.items()]))
         assert len(jobs) >= 2
         for job in jobs:
-            cfg = compose([f"+sweep={path.stem}", *job])
+            under = semble if any(o.startswith("dataset.") for o in job) else []
+            cfg = compose([f"+sweep={path.stem}", *under, *job])
             assert cfg.sweep.name == path.stem
             validate(cfg)
 
