@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="rag", help="experiment name prefix (default: rag)")
     parser.add_argument("--sweep", default=None, metavar="NAME",
                         help="write only this sweep's section, to reports/sweep_NAME.md "
-                             "(unless --out is given)")
+                             "(unless --out is given): a sweep's name (every run of it) or "
+                             "one run's id (routing-20261205T214356-c3b9, as a sweep prints it)")
     parser.add_argument("--mark-killed-after-h", type=float, nargs="?", default=None,
                         const=STALE_RUNNING_H, metavar="H",
                         help="first mark KILLED the rows (and sweep parent runs) still RUNNING "

@@ -564,7 +564,8 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
     import time
 
     rows = sorted(rows, key=lambda r: (r.experiment, r.start_time_ms))
-    unfinished = [r for r in unfinished if sweep is None or r.tags.get("sweep_name") == sweep]
+    unfinished = [r for r in unfinished
+                  if sweep is None or sweep in (r.tags.get("sweep_name"), r.tags.get("sweep_id"))]
     out = ["# Ledger" if sweep is None else f"# Ledger: sweep {code(sweep)}", "", BANNER, "",
            f"Source: {code(source)}. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
@@ -574,7 +575,8 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
     out += render_unfinished(unfinished, now_ms=int(time.time() * 1000) if now_ms is None
                              else now_ms)
     if sweep is not None:
-        rows = [r for r in rows if r.tags.get("sweep_name") == sweep]
+        # a sweep's name (every run of it) or one run's id, as a sweep prints it at its end
+        rows = [r for r in rows if sweep in (r.tags.get("sweep_name"), r.tags.get("sweep_id"))]
     if not rows:
         out += ["_No ledger rows yet: run `python -m rag.run`._" if sweep is None
                 else f"_No rows for sweep `{sweep}`: run `python -m rag.run +sweep={sweep}`._", ""]

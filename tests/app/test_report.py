@@ -37,6 +37,10 @@ def test_sweep_section_with_holm_marks():
     only = render_ledger(rows, source="sqlite:///x", sweep="routing")
     assert "Single runs" not in only and len(re.findall(r"^\| `[0-9a-f]{8}`", only, flags=re.M)) == 3
     assert "No rows for sweep `topk`" in render_ledger(rows, source="s", sweep="topk")
+    # the id a sweep prints at its end selects the same rows as its name
+    assert render_ledger(rows, source="sqlite:///x", sweep="routing-1").replace(
+        "sweep `routing-1`", "sweep `routing`") \
+        == only
 
 
 def test_rerank_sweep_shows_pool_recall_and_gate_table():
