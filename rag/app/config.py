@@ -103,7 +103,7 @@ class CorpusConfig:
     # Which files are indexed (rag/corpus/walk.py CONTENT_SCOPES): all (every text file the
     # walk keeps) or code (source files only, by suffix: docs, config and data left out, as
     # semble indexes by default; skipped files are counted as not_code). A dataset may set it
-    # (dataset.content: semble's benchmark is scored over a code-only index)
+    # (conf/dataset/semble.yaml sets code: semble's benchmark is scored over a code-only index)
     content: CorpusContent = CorpusContent("all")
     # Index files that look like secrets (private keys, keystores, credential .env files).
     # Off: they are skipped and counted as "secret" whatever exclude/include say.
@@ -596,9 +596,6 @@ class DatasetConfig:
     negatives: Optional[str] = None
     # semble: the repository of repos.json to evaluate (+suite=semble sweeps them all)
     repo: Optional[str] = None
-    # semble: corpus.content for the repository's index (conf/dataset/semble.yaml: code, what
-    # semble's benchmark indexes; all: docs and config too); null: corpus.content as set
-    content: Optional[CorpusContent] = None
     # names the cache folder and, for beir and semble, corpus.name (default: the folder's name)
     name: Optional[str] = "${rag_dataset_name:${dataset.format},${dataset.path},${dataset.topics}}"
 
@@ -968,13 +965,13 @@ def validate_dataset(cfg: DictConfig) -> None:
     needed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels"),
               "semble": ("repo",)}[fmt]
     allowed = {"none": (), "beir": ("path",), "trec": ("topics", "qrels", "negatives"),
-               "semble": ("path", "repo", "content")}[fmt]
+               "semble": ("path", "repo")}[fmt]
     if fmt == "semble" and d.path is None:
         from rag.datasets.semble import default_root, missing_default_message
 
         if default_root() is None:
             raise ValueError(missing_default_message())
-    for key in ("path", "topics", "qrels", "negatives", "repo", "content"):
+    for key in ("path", "topics", "qrels", "negatives", "repo"):
         if d[key] is None and key in needed:
             raise ValueError(f"dataset={fmt} needs dataset.{key}="
                              + ("DIR" if key == "path" else "NAME (a repository of repos.json)"
@@ -1160,7 +1157,7 @@ def check_override_values(args: list[str]) -> None:
                                             kind=_key_kind(schema, key)))
         values = list(raw.list) if isinstance(raw, ChoiceSweep) else [raw]
         for value in values:
-            if value is None or (isinstance(value, str) and "${" in value):
+            if isinstance(value, str) and "${" in value:
                 continue
             groups = [c / key for c in (confs or []) if (c / key).is_dir()]
             if groups or (confs is None and (project_root() / "conf" / key).is_dir()):
@@ -1176,6 +1173,11 @@ def check_override_values(args: list[str]) -> None:
                 OmegaConf.update(schema, key, value, merge=True)
             except OmegaConfBaseException as exc:
                 msg = str(exc).strip().splitlines()[0]
+                if value is None:  # OmegaConf: "field 'corpus.content' is not Optional"
+                    current = OmegaConf.select(schema, key)
+                    current = getattr(current, "value", current)
+                    raise ValueError(f"{key}=null: {key} cannot be null; give a value (its "
+                                     f"default is {current!r})") from None
                 if isinstance(raw, ChoiceSweep) and _is_list_key(schema, key):
                     msg += (f" (an unquoted ',' sweeps over single values, one job each; a list "
                             f"is written {key}=[{','.join(map(str, raw.list))}])")

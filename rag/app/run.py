@@ -118,7 +118,7 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     if prepared is None:
         return corpus_root(cfg), golden_dir_for(cfg), {}
     print(prepared.summary(), file=sys.stderr)
-    # what the dataset says of its corpus's walk (BEIR: every document; semble: code only)
+    # what the dataset says of its corpus's walk (BEIR: every document)
     for key, value in prepared.corpus_settings.items():
         cfg.corpus[key] = value
     root = prepared.corpus_root or corpus_root(cfg)

@@ -81,8 +81,8 @@ class Prepared:
         tags: ledger tags naming what was evaluated (``dataset_*``).
         corpus_settings: ``corpus.*`` keys the dataset sets on the run's config before the
             corpus is walked (:data:`EVERY_DOCUMENT` for BEIR, whose corpus is its documents,
-            one file each; ``content`` for semble, whose benchmark is scored over a code-only
-            index; empty: a repository, walked as configured).
+            one file each; empty: a repository, walked as configured; semble's code-only
+            index is set by its config group, conf/dataset/semble.yaml).
     """
 
     corpus_root: Path | None
@@ -430,10 +430,9 @@ def _semble(cfg, cache_root: Path, corpus_root: Callable[[], Path]) -> Prepared:
 
     d = cfg.dataset
     root = expand_path(d.path, base=Path.cwd()) if d.path else default_root()
-    prepared = prepare_semble(root, repo=str(d.repo), name=str(d.name), cache_root=cache_root)
-    if d.get("content") is not None:
-        prepared.corpus_settings = {"content": str(getattr(d.content, "value", d.content))}
-    return prepared
+    # what the benchmark's task sets (corpus.content=code, ranking.file_saturation=0.5) is
+    # config, conf/dataset/semble.yaml, so that a key given on the command line wins
+    return prepare_semble(root, repo=str(d.repo), name=str(d.name), cache_root=cache_root)
 
 
 #: dataset.format -> reader(cfg, cache_root, corpus_root) -> Prepared (a new format: one

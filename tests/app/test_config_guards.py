@@ -101,6 +101,18 @@ def test_a_comma_in_a_multirun_is_a_sweep_and_a_list_key_says_how_to_write_a_lis
         check_override_values(["-m", "corpus.exclude=a,b"])
 
 
+def test_null_for_a_key_that_cannot_be_null_names_the_key_and_its_default():
+    """``corpus.content=null`` used to be Hydra's "Error merging override ... is not
+    Optional"; a key that may be null (``dataset.repo``) still takes it."""
+    for arg, default in (("corpus.content=null", "'all'"), ("search.top_k=null", "8")):
+        with pytest.raises(ValueError) as err:
+            check_override_values([arg])
+        key = arg.split("=")[0]
+        assert str(err.value) == (f"{key}=null: {key} cannot be null; give a value (its "
+                                  f"default is {default})")
+    check_override_values(["dataset.repo=null", "ranking.model=null"])
+
+
 def test_rag_search_refuses_a_bomb_in_a_searchpath_group_too(tmp_path):
     from rag.app.search_cli import compose_config
 

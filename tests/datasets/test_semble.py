@@ -249,27 +249,31 @@ def test_a_semble_row_logs_the_metric_and_its_chunk_run_rescores_to_it(tmp_path,
     assert metrics["tag.symbol.recall_at_40"] <= 2 / 3 + 1e-9
 
 
-def test_a_semble_corpus_is_indexed_as_code_unless_the_dataset_says_all(tmp_path, compose):
-    """semble's benchmark is scored over a code-only index (conf/dataset/semble.yaml
-    ``content: code``): the run's walk skips the snapshot's README.md; ``dataset.content=all``
-    keeps it; a BEIR dataset still indexes every document."""
+def test_a_semble_corpus_is_indexed_as_code_unless_the_command_line_says_all(tmp_path, compose):
+    """semble's task is set by its config group (conf/dataset/semble.yaml): a code-only index
+    (the run's walk skips the snapshot's README.md) and file saturation 0.5; either key given
+    on the command line wins (``corpus.content=all`` keeps README.md); without the group the
+    defaults are every text file and no saturation."""
     from rag.app.run import run_inputs
     from rag.corpus.walk import walk_corpus, walk_settings
+    from rag.search.ranking.options import DEFAULT_FILE_SATURATION, RankingOptions
 
     src = make_dataset(tmp_path / "semble")
     base = [f"paths.cache_dir={tmp_path / 'cache'}", "dataset=semble", f"dataset.path={src}",
             "dataset.repo=chi"]
-    for extra, content in (([], "code"), (["dataset.content=all"], "all")):
+    code = ["middleware/logger.go", "router.go", "tree.go"]
+    for extra, content, saturation in (([], "code", 0.5),
+                                       (["corpus.content=all"], "all", 0.5),
+                                       (["ranking.file_saturation=1.0"], "code", 1.0)):
         cfg = compose([*base, *extra])
         root, _, _ = run_inputs(cfg)
         assert walk_settings(cfg.corpus)["content"] == content
+        assert RankingOptions.from_config(cfg.ranking).file_saturation == saturation
         paths = sorted(d.path for d in walk_corpus(root, **walk_settings(cfg.corpus)))
-        code = ["middleware/logger.go", "router.go", "tree.go"]
         assert paths == (code if content == "code" else sorted([*code, "README.md"]))
-    # a semble dataset that names no content leaves corpus.content as configured
-    cfg = compose([*base, "dataset.content=null", "corpus.content=all"])
-    run_inputs(cfg)
-    assert walk_settings(cfg.corpus)["content"] == "all"
+    plain = compose([])
+    assert walk_settings(plain.corpus)["content"] == "all"
+    assert RankingOptions.from_config(plain.ranking).file_saturation == DEFAULT_FILE_SATURATION == 1.0
 
 
 @pytest.mark.slow
@@ -373,12 +377,3 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     # a mean over part of the repositories would mislead: none
     assert "| **macro** | | 0.300 | 0.600 | 0.625 | — |" in lines
     assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}
-
-
-def test_dataset_content_is_read_by_semble_only(tmp_path, compose):
-    from rag.app.config import validate_dataset
-
-    for overrides in (["dataset.content=code"],
-                      ["dataset=beir", f"dataset.path={tmp_path}", "dataset.content=code"]):
-        with pytest.raises(ValueError, match="dataset.content is not read"):
-            validate_dataset(compose(overrides))

@@ -25,8 +25,8 @@ DEFAULT_PRIORS = {"test": 0.3, "example": 0.3, "documentation": 1.0, "config": 1
 COMBINERS = ("weighted", "lambdamart")
 #: the factor of each further chunk of a file already selected (semble's file saturation,
 #: 0.5 there): off, since several chunks of one file are each a relevant unit of rag's own
-#: sets (0.5 costs Flask 0.11 Recall@8); conf/ranking/code_only.yaml sets semble's 0.5
-#: (experiments/ranking.md)
+#: sets (0.5 costs Flask 0.11 Recall@8); conf/ranking/code_only.yaml and
+#: conf/dataset/semble.yaml (a file-labelled task) set semble's 0.5 (experiments/ranking.md)
 DEFAULT_FILE_SATURATION = 1.0
 
 
