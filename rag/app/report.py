@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead of a report, refill the generated sweep tables "
                              "(<!-- BEGIN GENERATED: sweep NAME --> blocks) of these write-ups "
                              "(default: every experiments/*.md) from the newest run of each sweep")
+    parser.add_argument("--keep-missing", action="store_true",
+                        help="with --experiments: leave as they are the blocks whose sweep has "
+                             "no row in this ledger (each still names the sweep and ledger it "
+                             "came from) and list them, instead of failing")
     args = parser.parse_args(argv)
     grace = args.mark_killed_after_h
     if grace is not None and not (math.isfinite(grace) and grace >= 0):
@@ -115,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                                         older_than_h=grace)
             print(f"marked {len(marked)} run(s) RUNNING for more than {grace:g} h as KILLED"
                   + (": " + ", ".join(r[:8] for r in marked) if marked else ""))
+        if args.keep_missing and args.experiments is None:
+            parser.error("--keep-missing goes with --experiments")
         if args.experiments is not None:
-            return _fill_experiments(ledger, uri, args.prefix, args.experiments)
+            return _fill_experiments(ledger, uri, args.prefix, args.experiments,
+                                     keep_missing=args.keep_missing)
         path = write_report(uri, expand_path(out, base=default_output_dir()), prefix=args.prefix, sweep=args.sweep,
                             ledger=ledger)
     except LedgerError as exc:
@@ -129,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _fill_experiments(ledger, uri: str, prefix: str, files: list[str]) -> int:
-    """``--experiments``: refill the generated blocks; exit 2 naming a sweep with no rows."""
+def _fill_experiments(ledger, uri: str, prefix: str, files: list[str], *,
+                      keep_missing: bool = False) -> int:
+    """``--experiments``: refill the generated blocks; exit 2 naming a sweep with no rows
+    (``keep_missing``: leave those blocks and list them)."""
     from rag.ledger.experiments import ExperimentsError, fill_generated_blocks
 
     paths = [expand_path(f, base=Path.cwd()) for f in files] if files else \
@@ -141,13 +150,16 @@ def _fill_experiments(ledger, uri: str, prefix: str, files: list[str]) -> int:
         rows += [LedgerRow.from_mlflow(r, exp.name) for r in ledger.rows([exp.experiment_id])]
         parents.update(ledger.sweep_parents([exp.experiment_id]))
     try:
-        done = fill_generated_blocks(paths, rows, source=uri, parents=parents)
+        kept: dict[Path, list[str]] | None = {} if keep_missing else None
+        done = fill_generated_blocks(paths, rows, source=uri, parents=parents, kept=kept)
     except (ExperimentsError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for p, names in done.items():
         if names:
             print(f"filled {p} ({', '.join(names)})")
+        if kept and kept.get(p):
+            print(f"kept as they were in {p}, no row in this ledger: {'; '.join(kept[p])}")
     return 0
 
 

@@ -44,11 +44,18 @@ def latest_sweep_rows(rows: list[Any], name: str, corpus: str, *, scope: str = "
 
 
 def fill_text(text: str, rows: list[Any], *, source: str, parents: dict[str, str] | None = None,
-              where: str = "write-up") -> tuple[str, list[str]]:
+              where: str = "write-up", kept: list[str] | None = None) -> tuple[str, list[str]]:
     """``text`` with every generated block refilled; also the sweep names filled.
 
+    Args:
+        kept: when given, a block whose sweep has no finished row in ``rows`` is left as it
+            is (its own banner still names the sweep and ledger it came from) and
+            ``"<sweep> <corpus|suite> <name>"`` is appended here, instead of raising: for a
+            ledger that holds only the sweeps re-run since (``--keep-missing``).
+
     Raises:
-        ExperimentsError: a block names a sweep with no finished row in ``rows``.
+        ExperimentsError: a block names a sweep with no finished row in ``rows`` (and
+            ``kept`` is None).
     """
     from rag.ledger.report import render_sweep
 
@@ -57,6 +64,9 @@ def fill_text(text: str, rows: list[Any], *, source: str, parents: dict[str, str
     def body(m: re.Match) -> str:
         name, corpus, scope = m.group("name"), m.group("corpus"), m.group("scope")
         srows = latest_sweep_rows(rows, name, corpus, scope=scope)
+        if not srows and kept is not None:
+            kept.append(f"{name} {scope} {corpus}")
+            return m.group(0)
         if not srows:
             raise ExperimentsError(f"{where}: no finished row of sweep {name!r} "
                                    f"{'on corpus' if scope == 'corpus' else 'in suite'} "
@@ -84,9 +94,14 @@ def fill_text(text: str, rows: list[Any], *, source: str, parents: dict[str, str
 
 
 def fill_generated_blocks(paths: list[Path], rows: list[Any], *, source: str,
-                          parents: dict[str, str] | None = None) -> dict[Path, list[str]]:
+                          parents: dict[str, str] | None = None,
+                          kept: dict[Path, list[str]] | None = None) -> dict[Path, list[str]]:
     """Refill the generated blocks of each file in place (a file without blocks is left as it
     is); returns file -> sweep names filled.
+
+    Args:
+        kept: when given, blocks whose sweep the ledger lacks are left as they are and listed
+            here per file (:func:`fill_text`'s ``kept``) instead of failing.
 
     Raises:
         ExperimentsError: see :func:`fill_text`; no file is written then.
@@ -97,7 +112,9 @@ def fill_generated_blocks(paths: list[Path], rows: list[Any], *, source: str,
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise ExperimentsError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        out, names = fill_text(text, rows, source=source, parents=parents, where=str(p))
+        left: list[str] | None = None if kept is None else kept.setdefault(p, [])
+        out, names = fill_text(text, rows, source=source, parents=parents, where=str(p),
+                               kept=left)
         new[p] = (out, names)
     for p, (out, _) in new.items():
         if out != p.read_text(encoding="utf-8"):

@@ -36,3 +36,37 @@ def test_blocks_are_refilled_with_the_newest_sweep_only():
     assert "Corpus `shop`, sweep `routing-new`." in out and "`dddddddd`" not in out
     with pytest.raises(ExperimentsError, match="no finished row of sweep 'topk' on corpus 'shop'"):
         fill_text(text.replace("sweep routing", "sweep topk"), rows, source="s", where="topk.md")
+
+
+def test_keep_missing_leaves_a_block_whose_sweep_the_ledger_lacks_and_lists_it():
+    rows = [_row("b" * 32, "routing-new", 5000, "search.mode=dense", 0.5, True)]
+    stale = ("<!-- BEGIN GENERATED: sweep topk corpus shop -->\nmeasured elsewhere\n"
+             "<!-- END GENERATED -->\n")
+    text = ("<!-- BEGIN GENERATED: sweep routing corpus shop -->\nold table\n"
+            "<!-- END GENERATED -->\n\n" + stale)
+    kept: list[str] = []
+    out, names = fill_text(text, rows, source="sqlite:///x.db", kept=kept)
+    assert names == ["routing"] and kept == ["topk corpus shop"]
+    assert out.endswith(stale) and "old table" not in out and "routing-new" in out
+
+
+def test_report_keep_missing_refills_what_the_ledger_has(tmp_path, capsys):
+    """Through the command line: without --keep-missing the missing sweep fails (exit 2,
+    file untouched); with it the file is written and the kept block is named."""
+    from rag.app.report import main
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'empty.db'}"
+    Ledger(uri)  # an empty store
+    doc = tmp_path / "w.md"
+    text = ("intro\n<!-- BEGIN GENERATED: sweep topk corpus shop -->\nmeasured elsewhere\n"
+            "<!-- END GENERATED -->\n")
+    doc.write_text(text)
+    assert main(["--tracking-uri", uri, "--experiments", str(doc)]) == 2
+    assert "no finished row of sweep 'topk'" in capsys.readouterr().err
+    assert main(["--tracking-uri", uri, "--experiments", str(doc), "--keep-missing"]) == 0
+    assert f"kept as they were in {doc}, no row in this ledger: topk corpus shop" in \
+        capsys.readouterr().out
+    assert doc.read_text() == text
+    with pytest.raises(SystemExit):
+        main(["--tracking-uri", uri, "--keep-missing"])
