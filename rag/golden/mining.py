@@ -138,6 +138,13 @@ its own title. Skipped: ``not_merged``, ``issue_without_pr`` (an issue no merged
 closes), ``generic_title``, ``no_indexable_file``, ``too_large`` (more than ``--max-files``
 indexed files), ``over_max`` (beyond ``--max``, newest numbers kept). ``gh pr list`` returns at
 most 100 files per pull request.
+
+**Re-mining** (``--force`` over an existing candidates file, any source): candidates whose
+``source`` is listed under that file's ``discarded:`` (written by ``rag golden review``'s
+``d``) or is the ``source`` of a query of ``--golden``'s queries.yaml (a candidate moved in)
+are not proposed again (skip reasons ``discarded_in_review``, ``already_golden``;
+:func:`leave_out_known`), ``--max`` still counting only new candidates, and the
+``discarded:`` list is carried into the new file.
 """
 
 from __future__ import annotations
@@ -395,10 +402,12 @@ def render_candidates(result: MineResult, *, corpus: str | None = None) -> str:
     if corpus:
         doc["corpus"] = corpus
     doc["source"] = result.source
-    doc.update(result.extra)
+    doc.update({k: v for k, v in result.extra.items() if k != "discarded"})
     doc["examined"] = result.examined
     doc["skipped"] = dict(result.skipped)
     doc["candidates"] = result.candidates
+    if result.extra.get("discarded"):  # review's d: kept out of every later mine --force
+        doc["discarded"] = result.extra["discarded"]
     body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=10_000)
     return "\n".join(head) + "\n" + body
@@ -439,7 +448,8 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--corpus", default=None, metavar="NAME",
                    help="the corpus name written as corpus: (default: from --golden, else none)")
     p.add_argument("--force", action="store_true",
-                   help="overwrite an existing candidates file (default: refused)")
+                   help="overwrite an existing candidates file (default: refused); what its "
+                        "discarded: list and --golden's queries.yaml hold is not proposed again")
     p.add_argument("--max", type=int, default=200, metavar="N",
                    help="at most N candidates (default 200; 0: no limit)")
     p.add_argument("--with-body", action="store_true",
@@ -476,6 +486,70 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-file-bytes", type=int, default=1_000_000,
                    help="walk: skip files over this size (default 1000000)")
     return p
+
+
+@dataclass
+class KnownCandidates:
+    """What earlier reviews already decided, by a candidate's ``source`` (``mined:git
+    <sha>``, ...): ``discarded`` (the old candidates file's ``discarded:`` list, written by
+    ``rag golden review``'s ``d``; carried into the new file) and ``accepted`` (the sources of
+    queries.yaml's queries)."""
+
+    discarded: list[dict[str, str]] = field(default_factory=list)
+    accepted: set[str] = field(default_factory=set)
+
+    @property
+    def sources(self) -> set[str]:
+        return {d["source"] for d in self.discarded if d.get("source")} | self.accepted
+
+
+def known_candidates(old: Path | None, golden: str | None) -> KnownCandidates:
+    """Read the decisions a re-mine must respect (:class:`KnownCandidates`); a file that does
+    not parse contributes nothing (the miner's own checks report it elsewhere)."""
+    known = KnownCandidates()
+    if old is not None:
+        try:
+            data = yaml.safe_load(old.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            data = None
+        for d in (data.get("discarded") if isinstance(data, dict) else None) or []:
+            if isinstance(d, dict) and d.get("source"):
+                known.discarded.append({"source": str(d["source"]),
+                                        "query": str(d.get("query") or "")})
+    if golden:
+        try:
+            data = yaml.safe_load((Path(golden) / "queries.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            data = None
+        for q in (data.get("queries") if isinstance(data, dict) else None) or []:
+            if isinstance(q, dict) and str(q.get("source") or "").startswith("mined:"):
+                known.accepted.add(str(q["source"]))
+    return known
+
+
+def leave_out_known(result: MineResult, known: KnownCandidates, *,
+                    limit: int | None = None) -> MineResult:
+    """``result`` without the candidates an earlier review discarded (skip reason
+    ``discarded_in_review``) or moved into queries.yaml (``already_golden``), at most
+    ``limit`` kept; the ``discarded:`` list is carried over (``extra``)."""
+    if not known.sources and not known.discarded:
+        return result
+    dropped = {d["source"] for d in known.discarded}
+    result.skipped.setdefault("already_golden", 0)  # listed even when 0, as every reason is
+    result.skipped.setdefault("discarded_in_review", 0)
+    kept = []
+    for c in result.candidates:
+        src = str(c.get("source") or "")
+        if src in known.accepted:
+            result.skipped["already_golden"] += 1
+        elif src in dropped:
+            result.skipped["discarded_in_review"] += 1
+        else:
+            kept.append(c)
+    result.candidates = kept[:limit] if limit is not None else kept
+    if known.discarded:
+        result.extra = {**result.extra, "discarded": known.discarded}
+    return result
 
 
 def _corpus_of(golden: str | None) -> str | None:
@@ -522,11 +596,16 @@ def mine_command(args: argparse.Namespace) -> int:
         if out.exists() and out.is_dir():
             raise MiningError(f"--out {out}: is a directory")
         if out.exists() and not getattr(args, "force", False):
-            raise MiningError(f"--out {out}: exists (it may hold review verdicts, lost if "
-                              "overwritten; candidates discarded in review are already gone "
-                              "from it, and a new mine proposes them again); give --force to "
-                              "overwrite it, or another --out")
-        result = mine(args)
+            raise MiningError(f"--out {out}: exists (it may hold review verdicts on its "
+                              "candidates' labels, lost if overwritten; the candidates "
+                              "discarded in review, listed under its discarded:, and those "
+                              "moved into --golden's queries.yaml are not proposed again); "
+                              "give --force to overwrite it, or another --out")
+        known = known_candidates(out if out.exists() else None, args.golden)
+        if known.sources and args.max:  # mine enough to have --max once those are left out
+            args = argparse.Namespace(**{**vars(args), "max": args.max + len(known.sources)})
+        result = leave_out_known(mine(args), known, limit=args.max - len(known.sources)
+                                 if known.sources and args.max else None)
         text = render_candidates(result, corpus=args.corpus or _corpus_of(args.golden))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8", newline="\n")

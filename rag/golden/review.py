@@ -401,13 +401,20 @@ class GoldenEditor:
         return str(f.path)
 
     def discard(self, qid: str, origin: str) -> str:
-        """Remove a candidate from its candidates file (a reviewer's ``d``); returns the file.
+        """Remove a candidate from its candidates file (a reviewer's ``d``) and remember it
+        in that file's ``discarded:`` list (``{source, query}``: what ``rag golden mine
+        --force`` reads so as not to propose it again); returns the file.
 
         Raises:
             ReviewError: the query is not a candidate (it is in queries.yaml, or gone)."""
         item, f = self.entry(qid, origin)
         if item is None or f is self.queries:
             raise ReviewError(f"query {qid!r} is not a candidate of {origin}")
+        if isinstance(f.data, dict):
+            if not isinstance(f.data.get("discarded"), list):
+                f.data["discarded"] = []
+            f.data["discarded"].append({"source": str(item.get("source") or ""),
+                                        "query": str(item.get("query") or "")})
         self._remove_entry(f, item)
         return str(f.path)
 

@@ -77,8 +77,12 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "judged 1 pair(s) (1 relevant, 0 not relevant), skipped 0, edited 0 query " \
            "text(s), discarded 1 candidate(s)" in out
-    # moved, not copied: the candidates file is empty, queries.yaml has both
-    assert yaml.safe_load((golden / "candidates-git.yaml").read_text())["candidates"] == []
+    # moved, not copied: the candidates file is empty, queries.yaml has both; the discarded
+    # candidate is remembered by its source
+    left = yaml.safe_load((golden / "candidates-git.yaml").read_text())
+    assert left["candidates"] == []
+    assert left["discarded"] == [{"source": f"mined:git {c['refund']}",
+                                  "query": "Report the refund status to the customer"}]
     queries = {q["id"]: q for q in yaml.safe_load((golden / "queries.yaml").read_text())["queries"]}
     moved = queries[by[c["discount"]]["id"]]
     # the label says how it was made: the miner's proposal, accepted
@@ -94,3 +98,15 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
     # queries by their source, and each label by its own: the accepted proposal is mined:git
     assert "by source:   hand 1, mined:git 1 (queries); labels (relevant and not_relevant): " \
            "mined:git 1, unmarked 1" in out
+
+    # mining again over the reviewed file proposes neither the discarded candidate nor the
+    # accepted one, says so by reason, and keeps the discarded list
+    assert main(["golden", "mine", "--from", "git", "--path", str(repo),
+                 "--golden", str(golden)]) == 2
+    assert "not proposed again" in capsys.readouterr().err
+    assert main(["golden", "mine", "--from", "git", "--path", str(repo),
+                 "--golden", str(golden), "--force"]) == 0
+    assert "already_golden 1, discarded_in_review 1" in capsys.readouterr().err
+    again = yaml.safe_load((golden / "candidates-git.yaml").read_text())
+    assert again["candidates"] == [] and again["discarded"] == left["discarded"]
+    assert again["skipped"]["already_golden"] == 1 == again["skipped"]["discarded_in_review"]
