@@ -1047,10 +1047,18 @@ def schema_keys(schema: type | None = None) -> frozenset[str]:
     return frozenset(walk(schema or RagConfig, ""))
 
 
+#: keys the schema no longer has -> what replaces them (old commands, ledger rows' overrides)
+REMOVED_KEYS = {"dataset.content": "corpus.content (dataset=semble sets code; a command-line "
+                                   "corpus.content wins)"}
+
+
 def _unknown_key_error(key: str, known: "set[str] | frozenset[str]") -> ValueError:
-    """The error for an unknown key, naming the closest known key at the same depth."""
+    """The error for an unknown key, naming the closest known key at the same depth (or, for
+    a key of :data:`REMOVED_KEYS`, what replaced it)."""
     import difflib
 
+    if key in REMOVED_KEYS:
+        return ValueError(f"config key {key!r} was removed: use {REMOVED_KEYS[key]}")
     parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
     siblings = [s for s in known if s.startswith(parent) and s.count(".") == key.count(".")]
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.5) or difflib.get_close_matches(
@@ -1161,6 +1169,11 @@ def check_override_values(args: list[str]) -> None:
                 continue
             groups = [c / key for c in (confs or []) if (c / key).is_dir()]
             if groups or (confs is None and (project_root() / "conf" / key).is_dir()):
+                if value is None:  # Hydra: "Config group override must be a string"
+                    options = sorted({f.stem for g in groups for f in g.glob("*.yaml")})
+                    raise ValueError(f"{key}=null: a config group takes one of its options "
+                                     f"(conf/{key}/: {', '.join(options)}); to leave its "
+                                     f"default out, write ~{key}")
                 if confs is not None and not any((g / f"{value}.yaml").is_file()
                                                  for g in groups):
                     options = sorted({f.stem for g in groups for f in g.glob("*.yaml")})
@@ -1176,8 +1189,9 @@ def check_override_values(args: list[str]) -> None:
                 if value is None:  # OmegaConf: "field 'corpus.content' is not Optional"
                     current = OmegaConf.select(schema, key)
                     current = getattr(current, "value", current)
-                    raise ValueError(f"{key}=null: {key} cannot be null; give a value (its "
-                                     f"default is {current!r})") from None
+                    raise ValueError(f"{key}=null: {key} cannot be null; give a value (the "
+                                     f"schema's default is {current!r}; a config group may "
+                                     "set another)") from None
                 if isinstance(raw, ChoiceSweep) and _is_list_key(schema, key):
                     msg += (f" (an unquoted ',' sweeps over single values, one job each; a list "
                             f"is written {key}=[{','.join(map(str, raw.list))}])")

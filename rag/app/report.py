@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                              "no row in this ledger (each still names the sweep and ledger it "
                              "came from) and list them, instead of failing")
     args = parser.parse_args(argv)
+    if args.keep_missing and args.experiments is None:
+        parser.error("--keep-missing goes with --experiments")
     grace = args.mark_killed_after_h
     if grace is not None and not (math.isfinite(grace) and grace >= 0):
         parser.error(f"--mark-killed-after-h must be a number of hours >= 0, not {grace}")
@@ -119,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
                                         older_than_h=grace)
             print(f"marked {len(marked)} run(s) RUNNING for more than {grace:g} h as KILLED"
                   + (": " + ", ".join(r[:8] for r in marked) if marked else ""))
-        if args.keep_missing and args.experiments is None:
-            parser.error("--keep-missing goes with --experiments")
         if args.experiments is not None:
             return _fill_experiments(ledger, uri, args.prefix, args.experiments,
                                      keep_missing=args.keep_missing)

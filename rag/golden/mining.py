@@ -143,8 +143,8 @@ most 100 files per pull request.
 ``source`` is listed under that file's ``discarded:`` (written by ``rag golden review``'s
 ``d``) or is the ``source`` of a query of ``--golden``'s queries.yaml (a candidate moved in)
 are not proposed again (skip reasons ``discarded_in_review``, ``already_golden``;
-:func:`leave_out_known`), ``--max`` still counting only new candidates, and the
-``discarded:`` list is carried into the new file.
+the miners leave them out before ``--max`` counts, :class:`KnownCandidates`), and the
+``discarded:`` list is carried into the new file as it was.
 """
 
 from __future__ import annotations
@@ -488,68 +488,61 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+#: the skip reasons of what an earlier review decided (:meth:`KnownCandidates.reason`), listed
+#: last, in this order, when a mine re-mines over a reviewed file or a golden set
+KNOWN_SKIPS = ("already_golden", "discarded_in_review")
+
+
 @dataclass
 class KnownCandidates:
-    """What earlier reviews already decided, by a candidate's ``source`` (``mined:git
-    <sha>``, ...): ``discarded`` (the old candidates file's ``discarded:`` list, written by
-    ``rag golden review``'s ``d``; carried into the new file) and ``accepted`` (the sources of
-    queries.yaml's queries)."""
+    """What earlier reviews already decided, by a candidate's ``source`` (``mined:git <sha>``,
+    ``mined:docstring <path>#<symbol>``, ``mined:github <url>``: each names one candidate):
+    ``discarded`` (the old candidates file's ``discarded:`` entries, written by ``rag golden
+    review``'s ``d``, carried into the new file as they are) and ``accepted`` (the sources of
+    queries.yaml's mined queries). ``warnings``: what could not be read."""
 
-    discarded: list[dict[str, str]] = field(default_factory=list)
+    discarded: list[Any] = field(default_factory=list)
     accepted: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
 
-    @property
-    def sources(self) -> set[str]:
-        return {d["source"] for d in self.discarded if d.get("source")} | self.accepted
+    def __bool__(self) -> bool:
+        return bool(self.discarded or self.accepted)
+
+    def reason(self, source: str) -> str | None:
+        """The skip reason of a candidate with this ``source`` (:data:`KNOWN_SKIPS`), or None."""
+        if source in self.accepted:
+            return "already_golden"
+        if any(isinstance(d, dict) and d.get("source") == source for d in self.discarded):
+            return "discarded_in_review"
+        return None
 
 
 def known_candidates(old: Path | None, golden: str | None) -> KnownCandidates:
-    """Read the decisions a re-mine must respect (:class:`KnownCandidates`); a file that does
-    not parse contributes nothing (the miner's own checks report it elsewhere)."""
+    """Read the decisions a re-mine must respect (:class:`KnownCandidates`). A candidates file
+    that does not parse, or whose ``discarded:`` is not a list, is named in ``warnings`` (its
+    list cannot be carried over)."""
     known = KnownCandidates()
     if old is not None:
         try:
             data = yaml.safe_load(old.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            known.warnings.append(f"{old}: cannot read its discarded: list ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]}); "
+                                  "overwritten without it")
             data = None
-        for d in (data.get("discarded") if isinstance(data, dict) else None) or []:
-            if isinstance(d, dict) and d.get("source"):
-                known.discarded.append({"source": str(d["source"]),
-                                        "query": str(d.get("query") or "")})
+        listed = data.get("discarded") if isinstance(data, dict) else None
+        if listed is not None and not isinstance(listed, list):
+            known.warnings.append(f"{old}: discarded: is not a list; overwritten without it")
+        elif listed:
+            known.discarded = list(listed)
     if golden:
         try:
             data = yaml.safe_load((Path(golden) / "queries.yaml").read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
-            data = None
+            data = None  # rag golden check reports a golden set that does not load
         for q in (data.get("queries") if isinstance(data, dict) else None) or []:
             if isinstance(q, dict) and str(q.get("source") or "").startswith("mined:"):
                 known.accepted.add(str(q["source"]))
     return known
-
-
-def leave_out_known(result: MineResult, known: KnownCandidates, *,
-                    limit: int | None = None) -> MineResult:
-    """``result`` without the candidates an earlier review discarded (skip reason
-    ``discarded_in_review``) or moved into queries.yaml (``already_golden``), at most
-    ``limit`` kept; the ``discarded:`` list is carried over (``extra``)."""
-    if not known.sources and not known.discarded:
-        return result
-    dropped = {d["source"] for d in known.discarded}
-    result.skipped.setdefault("already_golden", 0)  # listed even when 0, as every reason is
-    result.skipped.setdefault("discarded_in_review", 0)
-    kept = []
-    for c in result.candidates:
-        src = str(c.get("source") or "")
-        if src in known.accepted:
-            result.skipped["already_golden"] += 1
-        elif src in dropped:
-            result.skipped["discarded_in_review"] += 1
-        else:
-            kept.append(c)
-    result.candidates = kept[:limit] if limit is not None else kept
-    if known.discarded:
-        result.extra = {**result.extra, "discarded": known.discarded}
-    return result
 
 
 def _corpus_of(golden: str | None) -> str | None:
@@ -571,8 +564,10 @@ def output_path(source: str, out: str | None, golden: str | None) -> Path:
     return path
 
 
-def mine(args: argparse.Namespace) -> MineResult:
-    """Run the miner ``args.source`` names with the parsed options."""
+def mine(args: argparse.Namespace, known: KnownCandidates | None = None) -> MineResult:
+    """Run the miner ``args.source`` names with the parsed options; ``known``: what earlier
+    reviews decided, left out before ``--max`` counts (:data:`KNOWN_SKIPS`) and its
+    ``discarded:`` list carried into the result."""
     for name in ("max", "max_files", "max_lines", "min_words", "max_labels", "max_symbol_lines"):
         if getattr(args, name) < 0:
             raise MiningError(f"--{name.replace('_', '-')} must be >= 0")
@@ -585,7 +580,15 @@ def mine(args: argparse.Namespace) -> MineResult:
     root = Path(args.path)
     from rag.golden.miners import miners
 
-    return miners()[args.source].from_args(args, root=root, max_candidates=limit, walk=walk)
+    if not known:
+        return miners()[args.source].from_args(args, root=root, max_candidates=limit, walk=walk)
+    result = miners()[args.source].from_args(args, root=root, max_candidates=limit, walk=walk,
+                                             known=known.reason)
+    counts = {r: result.skipped.pop(r, 0) for r in KNOWN_SKIPS}
+    result.skipped.update(counts)  # listed last, in a fixed order, 0 too
+    if known.discarded:
+        result.extra = {**result.extra, "discarded": known.discarded}
+    return result
 
 
 def mine_command(args: argparse.Namespace) -> int:
@@ -602,10 +605,8 @@ def mine_command(args: argparse.Namespace) -> int:
                               "moved into --golden's queries.yaml are not proposed again); "
                               "give --force to overwrite it, or another --out")
         known = known_candidates(out if out.exists() else None, args.golden)
-        if known.sources and args.max:  # mine enough to have --max once those are left out
-            args = argparse.Namespace(**{**vars(args), "max": args.max + len(known.sources)})
-        result = leave_out_known(mine(args), known, limit=args.max - len(known.sources)
-                                 if known.sources and args.max else None)
+        result = mine(args, known)
+        result.warnings[:0] = known.warnings
         text = render_candidates(result, corpus=args.corpus or _corpus_of(args.golden))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8", newline="\n")

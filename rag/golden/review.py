@@ -411,8 +411,11 @@ class GoldenEditor:
         if item is None or f is self.queries:
             raise ReviewError(f"query {qid!r} is not a candidate of {origin}")
         if isinstance(f.data, dict):
-            if not isinstance(f.data.get("discarded"), list):
+            if f.data.get("discarded") is None:
                 f.data["discarded"] = []
+            elif not isinstance(f.data["discarded"], list):
+                raise ReviewError(f"{f.path}: its discarded: is not a list; fix it by hand "
+                                  "before discarding more")
             f.data["discarded"].append({"source": str(item.get("source") or ""),
                                         "query": str(item.get("query") or "")})
         self._remove_entry(f, item)

@@ -108,9 +108,14 @@ def test_null_for_a_key_that_cannot_be_null_names_the_key_and_its_default():
         with pytest.raises(ValueError) as err:
             check_override_values([arg])
         key = arg.split("=")[0]
-        assert str(err.value) == (f"{key}=null: {key} cannot be null; give a value (its "
-                                  f"default is {default})")
+        assert str(err.value) == (f"{key}=null: {key} cannot be null; give a value (the "
+                                  f"schema's default is {default}; a config group may set "
+                                  "another)")
     check_override_values(["dataset.repo=null", "ranking.model=null"])
+    # a config group: Hydra's own message was a traceback ("must be a string or a list")
+    with pytest.raises(ValueError, match=r"^dataset=null: a config group takes one of its "
+                                         r"options \(conf/dataset/: beir, semble, trec\)"):
+        check_override_values(["dataset=null"])
 
 
 def test_rag_search_refuses_a_bomb_in_a_searchpath_group_too(tmp_path):
@@ -120,3 +125,12 @@ def test_rag_search_refuses_a_bomb_in_a_searchpath_group_too(tmp_path):
     (tmp_path / "conf" / "corpus" / "bomb.yaml").write_text(_bomb())
     with pytest.raises(ValueError, match="bomb.yaml: its YAML aliases expand to"):
         compose_config(["corpus=bomb", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])
+
+
+def test_a_removed_key_says_what_replaced_it():
+    from rag.app.config import REMOVED_KEYS, check_override_keys
+
+    with pytest.raises(ValueError, match=r"^config key 'dataset.content' was removed: use "
+                                         r"corpus.content"):
+        check_override_keys(["dataset=semble", "dataset.content=all"])
+    assert set(REMOVED_KEYS) == {"dataset.content"}

@@ -271,6 +271,10 @@ def test_a_semble_corpus_is_indexed_as_code_unless_the_command_line_says_all(tmp
         assert RankingOptions.from_config(cfg.ranking).file_saturation == saturation
         paths = sorted(d.path for d in walk_corpus(root, **walk_settings(cfg.corpus)))
         assert paths == (code if content == "code" else sorted([*code, "README.md"]))
+    # the suite selects the same group: the same task
+    suite = compose(["+suite=semble", f"dataset.path={src}", "dataset.repo=chi"])
+    assert walk_settings(suite.corpus)["content"] == "code"
+    assert RankingOptions.from_config(suite.ranking).file_saturation == 0.5
     plain = compose([])
     assert walk_settings(plain.corpus)["content"] == "all"
     assert RankingOptions.from_config(plain.ranking).file_saturation == DEFAULT_FILE_SATURATION == 1.0

@@ -320,7 +320,8 @@ def test_docstring_candidates_and_leakage(tmp_path):
     # or "config" would mix mined queries into per-tag metrics of another meaning)
     assert res.candidates[0]["tags"] == ["mined_docstring"]
     assert res.candidates[0]["types"] == ["source"]
-    assert res.candidates[0]["source"] == "mined:docstring"
+    # its source names it alone (what a re-mine matches a review's decisions on)
+    assert res.candidates[0]["source"] == "mined:docstring pkg/store.py#load_config"
     # Cache.put's "Store it." has 2 words; Cache.get and helper share a summary; inner is
     # not a chunk (a function nested in a function), so it is not even examined
     assert dict(res.skipped) == {"short_summary": 1, "duplicate_summary": 2, "over_max": 0}
@@ -466,3 +467,42 @@ def test_mine_command_git_file_round_trips(history, tmp_path):
     assert [x["commit"] for x in data["candidates"]] == [c[k] for k in "RLKBA"]
     assert data["candidates"][3]["query"].endswith("\n\nQuoted values kept their quotes.")
     assert data["candidates"][1]["relevant"] == [{"path": "pkg/core/parse.py", "symbol": "Reader.read"}]
+
+
+def test_a_remine_leaves_out_what_review_decided_one_candidate_at_a_time(tmp_path, capsys):
+    """A query of queries.yaml mined from one docstring hides that symbol only (every
+    docstring candidate names its symbol in its source), a discarded one is skipped and its
+    entry carried over as it was, --max counts new candidates only, a bad --max is still
+    refused, and a discarded: that is not a list is named, not silently dropped."""
+    from rag.app.cli import main
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/store.py").write_text(STORE)
+    golden, out = tmp_path / "golden", tmp_path / "cand.yaml"
+    golden.mkdir()
+    (golden / "queries.yaml").write_text(
+        "queries:\n- id: q1\n  query: Load the config file from a path.\n"
+        "  source: mined:docstring pkg/store.py#load_config\n")
+    args = ["golden", "mine", "--from", "docstrings", "--path", str(tmp_path),
+            "--golden", str(golden), "--out", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("already_golden 1, discarded_in_review 0")
+    first = yaml.safe_load(out.read_text())
+    assert [c["relevant"][0]["symbol"] for c in first["candidates"]] == ["Cache"]
+    kept = {"source": "mined:docstring pkg/store.py#Cache", "query": "Keep parsed entries."}
+    first["discarded"] = [kept, {"query": "no source: kept as it was"}]
+    out.write_text(yaml.safe_dump(first))
+    assert main([*args, "--force"]) == 0
+    assert "already_golden 1, discarded_in_review 1" in capsys.readouterr().err
+    again = yaml.safe_load(out.read_text())
+    assert again["candidates"] == [] and again["discarded"] == first["discarded"]
+    assert main([*args, "--force", "--max", "-1"]) == 2
+    assert "--max must be >= 0" in capsys.readouterr().err
+    out.write_text(out.read_text().replace("discarded:", "old:") + "discarded: oops\n")
+    assert main([*args, "--force", "--max", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {out}: discarded: is not a list; overwritten without it" in err
+    # without the discard, Cache is proposed again: --max 1 counts it, not load_config
+    assert [c["relevant"][0]["symbol"] for c in yaml.safe_load(out.read_text())["candidates"]] \
+        == ["Cache"]

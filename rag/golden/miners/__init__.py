@@ -2,8 +2,12 @@
 
 A miner's module defines ``SOURCE`` (its ``--from`` name), ``TAG`` (the tag its candidates
 carry), ``NOUN`` (what ``examined`` counts: "commits"), ``SKIPS`` (every skip reason, each
-counted) and ``from_args(args, *, root, max_candidates, walk) -> MineResult`` (the shared
-candidates format, the walker and the writer are rag/golden/mining.py's). A new miner is one
+counted) and ``from_args(args, *, root, max_candidates, walk, known=None) -> MineResult``
+(the shared candidates format, the walker and the writer are rag/golden/mining.py's).
+``known`` (None, or a candidate's ``source`` -> a skip reason or None,
+:meth:`rag.golden.mining.KnownCandidates.reason`) leaves out what an earlier review decided
+before ``max_candidates`` counts, each under its reason; every candidate's ``source`` names
+it alone (``mined:git <sha>``, ``mined:docstring <path>#<symbol>``, ``mined:github <url>``). A new miner is one
 file here plus its test: :func:`miners` imports every module of the folder, and ``--from``
 offers it.
 """

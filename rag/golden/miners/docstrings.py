@@ -17,7 +17,7 @@ import ast
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rag.golden.mining import MineResult, MiningError, WORD, chunks_of, leakage, mask_docstrings, safe_id, walk_documents
 
@@ -214,11 +214,14 @@ def _documented_symbols(tree: ast.Module) -> list[tuple[str, str, str]]:
 def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: int = 3,
                     keep_tests: bool = False, max_file_bytes: int = 1_000_000,
                     exclude: list[str] | None = None,
-                    include: list[str] | None = None) -> MineResult:
+                    include: list[str] | None = None,
+                    known: Callable[[str], str | None] | None = None) -> MineResult:
     """Candidates from the docstrings of the corpus's Python files and the doc comments of
     its files in the other languages of :data:`DOC_SYNTAX` (module docstring). Source files
     in a language with no reader here are named in ``MineResult.warnings``. Test files (the
-    walker's ``test`` category) are left out unless ``keep_tests``."""
+    walker's ``test`` category) are left out unless ``keep_tests``. ``known``: a symbol whose
+    source (``mined:docstring <path>#<symbol>``) an earlier review decided is skipped under
+    the reason it returns, before ``max_candidates`` samples (rag/golden/miners/__init__.py)."""
     from rag.corpus.chunk import split_lines
     from rag.corpus.languages import language_name
     from rag.corpus.walk import SOURCE_SUFFIXES
@@ -287,6 +290,8 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
     for f in found:
         if counts[" ".join(f["query"].lower().split())] > 1:
             skipped["duplicate_summary"] += 1
+        elif known is not None and (reason := known(source_of(f["path"], f["symbol"]))):
+            skipped[reason] += 1
         else:
             unique.append(f)
     if max_candidates is not None and len(unique) > max_candidates:
@@ -298,7 +303,7 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
     candidates = [{
         "id": safe_id("doc", f"{f['path']}-{f['symbol']}", seen_ids),
         "query": f["query"],
-        "source": "mined:docstring",
+        "source": source_of(f["path"], f["symbol"]),
         "tags": [TAG],
         "types": [f["category"]],
         "relevant": [{"path": f["path"], "symbol": f["symbol"]}],
@@ -317,13 +322,20 @@ def mine_docstrings(root: Path, *, max_candidates: int | None = 200, min_words: 
     return MineResult("docstrings", candidates, skipped, examined, warnings=warnings)
 
 
+def source_of(path: str, symbol: str) -> str:
+    """A docstring candidate's ``source``: ``mined:docstring <path>#<symbol>`` (the symbol it
+    documents names it alone, as a commit names a git candidate)."""
+    return f"mined:docstring {path}#{symbol}"
+
+
 def _suffix_of(path: str) -> str:
     name = path.rsplit("/", 1)[-1]
     return name[name.rfind("."):] if "." in name[1:] else name
 
 
-def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> MineResult:
+def from_args(args, *, root: Path, max_candidates: int | None, walk: dict,
+              known: Callable[[str], str | None] | None = None) -> MineResult:
     """Run this miner with ``rag golden mine``'s parsed options (``walk``: the walker's
-    ``max_file_bytes`` / ``exclude`` / ``include``)."""
+    ``max_file_bytes`` / ``exclude`` / ``include``; ``known``: see :func:`mine_docstrings`)."""
     return mine_docstrings(root, max_candidates=max_candidates, min_words=args.min_words,
-                           keep_tests=args.keep_tests, **walk)
+                           keep_tests=args.keep_tests, known=known, **walk)

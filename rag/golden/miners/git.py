@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rag.golden.commit_filters import (HOUSEKEEPING, clean_subject, conventional_type, file_kind,
                                        housekeeping_reason, non_code_lines)
@@ -235,9 +235,14 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
              keep_tests: bool = False, keep_housekeeping: bool = False,
              allow_shallow: bool = False,
              max_file_bytes: int = 1_000_000,
-             exclude: list[str] | None = None, include: list[str] | None = None) -> MineResult:
+             exclude: list[str] | None = None, include: list[str] | None = None,
+             known: Callable[[str], str | None] | None = None) -> MineResult:
     """Candidates from the commits of the git repository holding ``root`` (module docstring:
     the skip reasons and the line-mapping rule).
+
+    ``known``: a commit whose source (``mined:git <sha>``) an earlier review decided is
+    skipped under the reason it returns (rag/golden/miners/__init__.py), before it counts
+    towards ``max_candidates``.
 
     ``keep_tests``: label test files too (by default a test file, as the walker categorises
     it, is never a label, and a commit that changed only tests is skipped as ``test_only``).
@@ -301,6 +306,9 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
             break
         examined += 1
         sha, subject, body = commit["sha"], commit["subject"], commit["body"]
+        if known is not None and (reason := known(f"mined:git {sha}")):
+            skipped[reason] += 1
+            continue
         if len(commit["parents"]) > 1:
             skipped["merge"] += 1
             continue
@@ -457,10 +465,12 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                       extra={"at": at_sha, "files_differ_from_worktree": len(differ)})
 
 
-def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> MineResult:
+def from_args(args, *, root: Path, max_candidates: int | None, walk: dict,
+              known: Callable[[str], str | None] | None = None) -> MineResult:
     """Run this miner with ``rag golden mine``'s parsed options (``walk``: the walker's
-    ``max_file_bytes`` / ``exclude`` / ``include``)."""
+    ``max_file_bytes`` / ``exclude`` / ``include``; ``known``: see :func:`mine_git`)."""
     return mine_git(root, at=args.at, max_candidates=max_candidates, with_body=args.with_body,
+                    known=known,
                     max_files=args.max_files, max_lines=args.max_lines,
                     min_words=args.min_words, max_labels=args.max_labels,
                     max_symbol_lines=args.max_symbol_lines, keep_tests=args.keep_tests,

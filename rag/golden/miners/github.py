@@ -8,6 +8,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 from rag.golden.mining import MineResult, MiningError, is_generic, run_git, safe_id, walk_documents
 
@@ -34,8 +35,12 @@ def _repo_of(url: str) -> str | None:
 def mine_github(root: Path, exports: list[Path], *, max_candidates: int | None = 200,
                 with_body: bool = False, max_files: int = 20, min_words: int = 3,
                 max_file_bytes: int = 1_000_000, exclude: list[str] | None = None,
-                include: list[str] | None = None) -> MineResult:
+                include: list[str] | None = None,
+                known: Callable[[str], str | None] | None = None) -> MineResult:
     """Candidates from gh JSON exports of issues and pull requests (module docstring).
+    ``known``: a record whose source (``mined:github <url>``) an earlier review decided is
+    skipped under the reason it returns, before ``max_candidates`` counts
+    (rag/golden/miners/__init__.py).
 
     Raises:
         MiningError: an export is missing, not a JSON list, a record lacks number/title/url,
@@ -140,6 +145,9 @@ def mine_github(root: Path, exports: list[Path], *, max_candidates: int | None =
         if len(files) > max_files:
             skipped["too_large"] += 1
             continue
+        if known is not None and (reason := known(f"mined:github {rec['url']}")):
+            skipped[reason] += 1
+            continue
         out.append((number, kind, rec, prs_of, files))
     if max_candidates is not None and len(out) > max_candidates:
         skipped["over_max"] += len(out) - max_candidates
@@ -162,9 +170,11 @@ def mine_github(root: Path, exports: list[Path], *, max_candidates: int | None =
     return MineResult("github", candidates, skipped, examined)
 
 
-def from_args(args, *, root: Path, max_candidates: int | None, walk: dict) -> MineResult:
+def from_args(args, *, root: Path, max_candidates: int | None, walk: dict,
+              known: Callable[[str], str | None] | None = None) -> MineResult:
     """Run this miner with ``rag golden mine``'s parsed options (``walk``: the walker's
-    ``max_file_bytes`` / ``exclude`` / ``include``)."""
+    ``max_file_bytes`` / ``exclude`` / ``include``; ``known``: see :func:`mine_github`)."""
     return mine_github(root, [Path(e) for e in args.export], max_candidates=max_candidates,
+                       known=known,
                        with_body=args.with_body, max_files=args.max_files,
                        min_words=args.min_words, **walk)
