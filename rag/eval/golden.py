@@ -30,7 +30,7 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 # a label's ``types`` name the walker's categories (one vocabulary: rag/corpus/walk.py)
 TYPE_NAMES = CATEGORIES
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-# a query's ``source``: hand, mined:git <sha>, mined:docstring, mined:github, ...
+# a query's ``source``: hand, mined:git <sha>, mined:docstring <path>#<symbol>, mined:github <url>, ...
 _SOURCE = re.compile(r"^(hand|mined:[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
 # a label's ``source``: how that one judgement was made (rag golden review writes it)
 _LABEL_SOURCE = re.compile(r"^(hand|(mined|review):[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
@@ -105,7 +105,7 @@ class GoldenQuery:
     types: tuple[str, ...] = ()
     # units judged NOT relevant (same label schema; grade unused): judged coverage only
     not_relevant: tuple[Label, ...] = ()
-    # where the query came from: hand, mined:git <sha>, mined:docstring, mined:github, ...
+    # where the query came from: hand, mined:git <sha>, mined:docstring <path>#<symbol>, ...
     source: str | None = None
     # relevant units outside the indexed corpus (an external label set's target whose file
     # is not in the tree, or not indexed under ``unindexed: keep``), their paths relative to

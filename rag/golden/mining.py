@@ -25,7 +25,7 @@ a candidate)::
     candidates:
       - id: git-0123abcd45
         query: Handle quoted fields when parsing headers
-        source: mined:git 0123abcd...      # mined:docstring | mined:github <url>
+        source: mined:git 0123abcd...      # mined:docstring <path>#<symbol> | mined:github <url>
         tags: [mined_git]
         relevant:
           - path: pkg/parse.py
