@@ -161,9 +161,15 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
               + f" top_k={cfg.search.top_k} (rag's pipeline flags are not used; its index "
               "only checks the labels)", file=out)
     else:
-        print(f"  corpus {cfg.corpus.name}  mode={mode} prose_mode={prose} "
+        content = str(getattr(cfg.corpus.content, "value", cfg.corpus.content))
+        saturation = float(cfg.ranking.file_saturation) if cfg.ranking.enabled else 1.0
+        print(f"  corpus {cfg.corpus.name}"
+              + (f" (content={content})" if content != "all" else "")
+              + f"  mode={mode} prose_mode={prose} "
               f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
-              f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
+              + ("ranking=off " if not cfg.ranking.enabled else
+                 f"file_saturation={saturation:g} " if saturation < 1 else "")
+              + f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "
               f"abstain={abstention_text(abstention, cfg, mode)} "
               f"({abstention.get('abstain_thresholds_source', 'config')}"
               + (f" from {abstention['abstain_calibration_from']}"

@@ -348,8 +348,11 @@ def _load(overrides: list[str], *, publish: bool = False, strict: bool = True,
                 if not changed:
                     return cfg, index, manifest
                 # walk rules, chunker, tokenizer or header differ: never serve it
+                same = _overrides_of_build(manifest, changed)
                 print(f"warning: the published build {manifest.get('build_id')} was made with "
-                      f"other settings ({', '.join(changed)}); rebuilding it", file=sys.stderr)
+                      f"other settings ({', '.join(changed)}); rebuilding it"
+                      + (f" (to search that build instead, add {' '.join(same)})"
+                         if same else ""), file=sys.stderr)
             except versioned.NoIndexError:
                 pass  # first use: build and publish below
             except versioned.CorpusMismatchError as exc:
@@ -527,6 +530,24 @@ def search_command(args: Namespace, *, now: float | None = None) -> int:
     return int(ExitCode.NO_RESULT if not res.hits and not res.dropped else ExitCode.OK)
 
 
+def _overrides_of_build(manifest: dict[str, Any], changed: list[str]) -> list[str]:
+    """``KEY=VALUE`` overrides that would reproduce a published build's settings, for each
+    changed setting that is a config key with a plain value (``corpus.content=code`` for a
+    build of ``dataset=semble``'s code-only corpus); empty when any changed setting is not
+    one (then no override list would give that build)."""
+    built = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
+    out = []
+    for name in changed:
+        group, _, key = name.partition(".")
+        value = built.get(group, {}).get(key) if key and isinstance(built.get(group), dict) \
+            else None
+        if value is None or not isinstance(value, (str, int, float, bool)) \
+                or isinstance(value, str) and (not value or any(c in value for c in " ,=[]{}'\"")):
+            return []
+        out.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+    return out
+
+
 def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
     """The result as JSON, or as a table (no table when nothing was returned); each hit's URL,
     when it has one, on the line below it."""
@@ -542,12 +563,17 @@ def _print_result(res, out: dict[str, Any], *, as_json: bool) -> None:
     # a column per stage that scored any hit (every registered channel, rrf, rerank)
     stages = [s for s in dict.fromkeys(k for h in res.hits for k in h.scores)
               if any(h.scores.get(s) is not None for h in res.hits)]
-    print(f"{'#':>2}  {'path:lines':48} {'symbol':32} {'category':13} "
-          + " ".join(f"{s:>7}" for s in stages))
-    for i, (h, d) in enumerate(zip(res.hits, out["hits"]), 1):
-        loc = f"{h.path}:{h.start_line}-{h.end_line}"
-        print(f"{i:>2}  {loc[:48]:48} {(h.symbol or '')[:32]:32} {h.category:13} "
-              + " ".join(f"{fmt(h.scores.get(s)):>7}" for s in stages))
+    locs = [f"{h.path}:{h.start_line}-{h.end_line}" for h in res.hits]
+    # columns as wide as their longest value, within a bound; a longer value keeps its end
+    # (the file name and lines, the method name), which tells hits apart
+    wl = min(max(len("path:lines"), *map(len, locs)), 72)
+    ws = min(max(len("symbol"), *(len(h.symbol or "") for h in res.hits)), 40)
+    tail = lambda v, w: v if len(v) <= w else "…" + v[len(v) - w + 1:]  # noqa: E731
+    print(f"{'#':>2}  {'path:lines':{wl}} {'symbol':{ws}} {'category':13} "
+          + " ".join(f"{s:>{max(7, len(s))}}" for s in stages))
+    for i, (h, d, loc) in enumerate(zip(res.hits, out["hits"], locs), 1):
+        print(f"{i:>2}  {tail(loc, wl):{wl}} {tail(h.symbol or '', ws):{ws}} {h.category:13} "
+              + " ".join(f"{fmt(h.scores.get(s)):>{max(7, len(s))}}" for s in stages))
         if d.get("url"):
             print(f"    {d['url']}")
 

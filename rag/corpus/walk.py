@@ -151,7 +151,8 @@ _MINIFIABLE_SUFFIXES = {".js", ".mjs", ".cjs", ".css"}
 
 #: the reasons :meth:`WalkStats.as_dict` always reports (``files_skipped_<reason>``).
 SKIP_REASONS = ("git_dir", "gitignored", "dotignore", "rgignore", *EXCLUDE_GROUPS, "excluded",
-                "not_regular", "too_large", "unreadable", "secret", "binary", "bad_filename")
+                "not_regular", "too_large", "unreadable", "secret", "binary", "bad_filename",
+                "not_code")
 
 
 @dataclass(frozen=True)

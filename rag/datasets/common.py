@@ -101,7 +101,9 @@ class Prepared:
         return (f"dataset {m['format']} {m['name']!r}: {m['counts']['positives']} queries "
                 f"evaluated, {m['counts']['negatives']} negatives"
                 + (f"; {notes}" if notes else "")
-                + f" ({'reused' if self.reused else 'converted into'} {self.directory})")
+                + f" ({'reused' if self.reused else 'converted into'} {self.directory}"
+                + (f"; its corpus, for rag search -r: {self.corpus_root}"
+                   if self.corpus_root is not None else "") + ")")
 
 
 def read_text(path: Path, what: str) -> str:

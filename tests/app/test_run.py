@@ -358,3 +358,24 @@ def test_the_row_says_what_abstention_reads_and_where_it_cuts():
     assert abstention_text(bands, cfg, "bm25") == (
         "top dense cosine: dropped < 0.3094, weak < 0.4067 (never acts: search.mode=bm25 runs "
         "no dense channel)")
+
+
+def test_the_printed_row_names_a_non_default_content_and_file_saturation(compose, tmp_path):
+    """The header line of a row says when the index holds code only and the ranking stage
+    saturates files (what dataset=semble sets), and says nothing of them by default."""
+    import io
+
+    from rag.app.run import print_row
+
+    def header(overrides):
+        out = io.StringIO()
+        print_row(None, compose(overrides), {"n_positives": 1, "n_negatives": 0}, {}, out=out)
+        return next(ln for ln in out.getvalue().splitlines() if ln.startswith("  corpus "))
+
+    plain = header(["corpus.name=shop"])
+    assert plain.startswith("  corpus shop  mode=") and "content=" not in plain
+    assert "file_saturation" not in plain and "ranking=off" not in plain
+    task = header(["corpus.name=shop", "corpus.content=code", "ranking.file_saturation=0.5"])
+    assert task.startswith("  corpus shop (content=code)  mode=")
+    assert " rrf_k=60 file_saturation=0.5 rerank=" in task
+    assert " rrf_k=60 ranking=off rerank=" in header(["corpus.name=shop", "ranking.enabled=false"])
