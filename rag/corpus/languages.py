@@ -1158,5 +1158,8 @@ def describe_languages(stats: dict) -> str | None:
         return (f"{name} {g('chunks')} chunks ({g('files_symbol')} files by symbol, "
                 f"{g('files_windowed')} in windows{errors})")
 
+    coded = sum(int(stats.get(f"lang/{n}/chunks", 0)) for n in langs)
+    other = int(stats.get("chunks", coded)) - coded  # docs, config, data: no code language
     return ("languages: " + "; ".join(one(n) for n in langs)
+            + (f"; other text (docs, config, data) {other} chunks" if other > 0 else "")
             + f"; symbol coverage {100 * float(stats.get('symbol_coverage', 0)):.1f}% of code lines")

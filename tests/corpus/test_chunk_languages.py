@@ -518,6 +518,12 @@ def test_files_with_errors_are_counted_and_named():
            "src/b0.ts, src/b1.ts, src/b2.ts, ...)" in line
     # no error: nothing said
     assert "parse errors" not in describe_languages(language_stats(chunk_document(ok)))
+    # chunks of no code language (a README beside the code) are counted apart; none: unsaid
+    readme = chunk_document(_doc("README.md", "# Shop\n\nA small shop.\n"))
+    mixed = {**language_stats(chunk_document(ok)), "chunks": 1 + len(readme)}
+    assert f"; other text (docs, config, data) {len(readme)} chunks; symbol coverage" in \
+        describe_languages(mixed)
+    assert "other text" not in describe_languages({**mixed, "chunks": 1})
 
 
 def test_module_lines_between_symbols_do_not_make_errors():
