@@ -990,6 +990,19 @@ def validate_dataset(cfg: DictConfig) -> None:
         raise ValueError(f"dataset.split must be a plain file name, got {split!r}")
     raw = OmegaConf.to_container(d, resolve=False)["name"]
     safe_component(str(d.name if raw == DatasetConfig.name else raw), what="dataset.name")
+    if fmt == "semble":  # an unknown repository is refused now, not after the ledger opens
+        from rag.core.paths import expand_path
+        from rag.datasets.common import DatasetError
+        from rag.datasets.semble import REPOS_FILE, default_root, read_repos
+
+        root = expand_path(d.path, base=Path.cwd()) if d.path else default_root()
+        try:
+            known = read_repos(root)
+        except (DatasetError, OSError):
+            return  # a missing or malformed repos.json: the conversion names it
+        if str(d.repo) not in known:
+            raise ValueError(f"{root / REPOS_FILE}: no repository named {str(d.repo)!r} "
+                             f"(dataset.repo); known: {', '.join(known)}")
 
 
 def _schema_keys(node: Any, prefix: str = "") -> set[str]:

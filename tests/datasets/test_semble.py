@@ -381,3 +381,13 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     # a mean over part of the repositories would mislead: none
     assert "| **macro** | | 0.300 | 0.600 | 0.625 | — |" in lines
     assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}
+
+
+def test_an_unknown_repository_is_refused_when_the_config_is_validated(tmp_path, compose):
+    from rag.app.config import validate_dataset
+
+    src = make_dataset(tmp_path / "semble")
+    validate_dataset(compose(["dataset=semble", f"dataset.path={src}", "dataset.repo=chi"]))
+    with pytest.raises(ValueError, match=r"repos.json: no repository named 'chii' "
+                                         r"\(dataset.repo\); known: chi"):
+        validate_dataset(compose(["dataset=semble", f"dataset.path={src}", "dataset.repo=chii"]))
