@@ -214,7 +214,8 @@ def test_the_ranking_stage_logs_its_features_per_hit(index):
     assert top.scores["rank:definition"] == 1.0 + WHOLE_NAME_BONUS
     keys = [k for k in top.scores if k.startswith("rank:")]
     assert keys == ["rank:definition", "rank:embedded_identifier", "rank:path_match",
-                    "rank:file_coherence", "rank:category_prior", "rank:chunk_length"]
+                    "rank:file_coherence", "rank:file_semantic", "rank:category_prior",
+                    "rank:chunk_length"]
     assert top.scores["ranking"] == pytest.approx(top.score)
     assert "ranking" in res.timings_ms
     plain = SearchPipeline(index, SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0))

@@ -28,6 +28,10 @@ class RankingContext:
         base: chunk index -> first-stage score (fused or one channel's), every score > 0.
         priors: ``ranking.priors`` (category or path pattern -> factor).
         scan: whether features may add chunks outside ``base`` (``ranking.scan``).
+        channels: each first-stage channel that ran -> its score of every chunk, shape
+            (n_chunks,) (a filtered-out chunk: -inf); empty when the caller gave none.
+        index: the index the chunks belong to (for per-index caches such as the dense
+            matrix), or None.
     """
 
     shape: QueryShape
@@ -36,6 +40,8 @@ class RankingContext:
     base: Mapping[int, float]
     priors: Mapping[str, float] = field(default_factory=dict)
     scan: bool = True
+    channels: Mapping[str, Any] = field(default_factory=dict)
+    index: Any = None
 
 
 class Feature(Protocol):

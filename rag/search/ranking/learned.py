@@ -35,7 +35,8 @@ import numpy as np
 
 from rag.search.ranking.features import FEATURE_NAMES, FEATURES
 
-#: the model file's format tag (bumped when :data:`COLUMNS` or their meaning change)
+#: the model file's format tag (bumped when a column's meaning changes; a new column does not
+#: bump it: a model names the columns it reads)
 MODEL_FORMAT = "rag-ranking-lambdamart/1"
 #: LightGBM's settings (deterministic on a fixed thread count; small trees for ~50k rows)
 PARAMS = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "learning_rate": 0.05,
@@ -55,22 +56,30 @@ def columns() -> tuple[str, ...]:
 COLUMNS = columns()
 
 
-def candidate_matrix(cands: Sequence[Mapping[str, float | None]], *, identifier: bool
-                     ) -> np.ndarray:
+def candidate_matrix(cands: Sequence[Mapping[str, float | None]], *, identifier: bool,
+                     columns: Sequence[str] = COLUMNS) -> np.ndarray:
     """The rows of one query's candidates.
 
     Args:
         cands: per candidate, its scores: ``first_stage`` (None: added by a feature), ``bm25``,
             ``dense`` and ``rank:<feature>`` (None or missing: not scored), as ``Hit.scores``.
         identifier: the query is identifier-shaped.
+        columns: the columns wanted, in order, each one of :data:`COLUMNS` (a model's own
+            columns: a model trained before a feature was registered reads without it).
 
     Returns:
-        float64 array of shape (len(cands), len(:data:`COLUMNS`)).
+        float64 array of shape (len(cands), len(columns)).
+
+    Raises:
+        ValueError: a column rag does not compute.
     """
+    unknown = [c for c in columns if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown ranking model columns {unknown}; rag computes {list(COLUMNS)}")
     n = len(cands)
     x = np.zeros((n, len(COLUMNS)), dtype=np.float64)
     if not n:
-        return x
+        return x[:, [COLUMNS.index(c) for c in columns]]
     first = [c.get("first_stage") for c in cands]
     known = [f for f in first if f is not None]
     top = max(known, default=0.0)
@@ -88,7 +97,9 @@ def candidate_matrix(cands: Sequence[Mapping[str, float | None]], *, identifier:
         for j, name in enumerate(FEATURE_NAMES, 5):
             v = c.get(f"rank:{name}")
             x[i, j] = (1.0 if FEATURES[name].combine == "scale" else 0.0) if v is None else v
-    return x
+    if tuple(columns) == COLUMNS:
+        return x
+    return x[:, [COLUMNS.index(c) for c in columns]]
 
 
 @dataclass
@@ -97,7 +108,8 @@ class LearnedModel:
 
     Attributes:
         booster: the ``lightgbm.Booster``.
-        columns: the columns it was trained on (must equal :data:`COLUMNS` to be used).
+        columns: the columns it was trained on, in order (each one of :data:`COLUMNS`; a
+            model trained before a feature was registered reads without it).
         provenance: how it was trained (repositories, queries per repository, the fold's
             held-out repository, settings).
     """
@@ -122,13 +134,15 @@ class LearnedModel:
 
 
 def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], *,
-          provenance: dict[str, Any] | None = None, rounds: int = ROUNDS) -> LearnedModel:
+          provenance: dict[str, Any] | None = None, rounds: int = ROUNDS,
+          columns: Sequence[str] = COLUMNS) -> LearnedModel:
     """Train LambdaMART on query groups.
 
     Args:
-        groups: per query, (its rows from :func:`candidate_matrix`, its 0/1 labels); a query
-            without a relevant candidate teaches nothing and is left out.
+        groups: per query, (its rows from :func:`candidate_matrix` over ``columns``, its 0/1
+            labels); a query without a relevant candidate teaches nothing and is left out.
         provenance: recorded in the model file.
+        columns: the rows' columns (default: every column rag computes).
 
     Raises:
         ValueError: no query has both a relevant and a non-relevant candidate.
@@ -141,12 +155,12 @@ def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], *,
     x = np.vstack([g for g, _ in kept])
     y = np.concatenate([lab for _, lab in kept]).astype(np.float64)
     data = lgb.Dataset(x, label=y, group=[len(lab) for _, lab in kept],
-                       feature_name=[c.replace(":", "_") for c in COLUMNS],
+                       feature_name=[c.replace(":", "_") for c in columns],
                        free_raw_data=True)
     booster = lgb.train(PARAMS, data, num_boost_round=rounds)
     prov = {**(provenance or {}), "queries_trained": len(kept), "rows": int(len(y)),
             "rounds": rounds, "params": PARAMS}
-    return LearnedModel(booster=booster, provenance=prov)
+    return LearnedModel(booster=booster, columns=tuple(columns), provenance=prov)
 
 
 @lru_cache(maxsize=64)
@@ -154,8 +168,8 @@ def load_model(path: str, mtime_ns: int) -> LearnedModel:
     """The model file at ``path`` (``mtime_ns`` keys the cache: a rewritten file is re-read).
 
     Raises:
-        ValueError: not a model file of :data:`MODEL_FORMAT`, or trained on other columns
-            (naming the file).
+        ValueError: not a model file of :data:`MODEL_FORMAT`, or trained on a column this rag
+            does not compute (naming the file).
     """
     import lightgbm as lgb
 
@@ -165,11 +179,17 @@ def load_model(path: str, mtime_ns: int) -> LearnedModel:
         raise ValueError(f"ranking.model {path}: cannot read a model file ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
         raise ValueError(f"ranking.model {path}: not a {MODEL_FORMAT} model file")
-    if tuple(doc.get("columns", ())) != COLUMNS:
-        raise ValueError(f"ranking.model {path}: trained on columns {doc.get('columns')}, this "
-                         f"rag computes {list(COLUMNS)}: retrain it (rag ranking train)")
+    cols = doc.get("columns")
+    if (not isinstance(cols, list) or not cols
+            or any(not isinstance(c, str) or c not in COLUMNS for c in cols)):
+        raise ValueError(f"ranking.model {path}: trained on columns {cols}, this rag computes "
+                         f"{list(COLUMNS)}: retrain it (rag ranking train)")
     booster = lgb.Booster(model_str=doc["booster"])
-    return LearnedModel(booster=booster, columns=COLUMNS, provenance=doc.get("provenance", {}))
+    if booster.num_feature() != len(cols):
+        raise ValueError(f"ranking.model {path}: its booster reads {booster.num_feature()} "
+                         f"columns, the file names {len(cols)}")
+    return LearnedModel(booster=booster, columns=tuple(cols),
+                        provenance=doc.get("provenance", {}))
 
 
 def model_at(path: str | Path) -> LearnedModel:

@@ -13,7 +13,8 @@ from rag.core.paths import expand_path
 #: ranking/boosting.py: definition x3, embedded identifiers half of it, stem x1, file coherence
 #: 0.2), not tuned on the benchmark
 DEFAULT_WEIGHTS = {"definition": 3.0, "embedded_identifier": 1.5, "path_match": 1.0,
-                   "file_coherence": 0.2, "category_prior": 1.0, "chunk_length": 0.0}
+                   "file_coherence": 0.2, "file_semantic": 0.0, "category_prior": 1.0,
+                   "chunk_length": 0.0}
 #: category or path mark -> factor (semble's ranking/penalties.py: tests, examples and compat
 #: 0.3, re-exports 0.5, .d.ts 0.7). Documentation and config are 1 (no prior): semble's labels
 #: never name them (its index leaves them out), but rag's own sets do (Flask, zod and

@@ -85,7 +85,9 @@ class RankingStage:
             base = {i: s - low + (span or 1.0) * 1e-3 for i, s in base.items()}
         o = self.options
         ctx = RankingContext(shape=query_shape(query), chunks=index.chunks,
-                             facts=facts_of(index), base=base, priors=o.priors, scan=o.scan)
+                             facts=facts_of(index), base=base, priors=o.priors, scan=o.scan,
+                             channels={n: sc for n, (sc, _) in (channels or {}).items()},
+                             index=index)
         top = max(base.values(), default=0.0)
         score = dict(base)
         values: dict[str, dict[int, float]] = {}
@@ -138,5 +140,6 @@ class RankingStage:
                     sc, no_match = channels[name]
                     row[name] = float(sc[i]) if is_match(sc[i], no_match) else None
             rows.append(row)
-        pred = self.model.predict(candidate_matrix(rows, identifier=identifier))
+        pred = self.model.predict(candidate_matrix(rows, identifier=identifier,
+                                                   columns=self.model.columns))
         return {i: float(p) for i, p in zip(cands, pred)}

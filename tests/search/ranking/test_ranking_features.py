@@ -40,7 +40,8 @@ def ctx(query, base, *, scan=True, chunks=CHUNKS, priors=DEFAULT_PRIORS):
 
 def test_registry_names_every_feature_once():
     assert FEATURE_NAMES == ("definition", "embedded_identifier", "path_match",
-                             "file_coherence", "category_prior", "chunk_length")
+                             "file_coherence", "file_semantic", "category_prior",
+                             "chunk_length")
     assert all(FEATURES[n].name == n and FEATURES[n].combine in ("add", "scale")
                for n in FEATURE_NAMES)
     with pytest.raises(ValueError, match="registered twice"):
@@ -116,6 +117,36 @@ def test_file_coherence_sums_a_files_first_stage_mass():
     # command.go: 0.6 + 0.3 = 0.9 (best chunk 0, value 1); tree.go 0.45 / 0.9; usage.md 0.2 / 0.9
     got = feat.compute(ctx("x y z", {0: 0.6, 1: 0.3, 3: 0.45, 2: 0.2}))
     assert got == {0: 1.0, 3: pytest.approx(0.5), 2: pytest.approx(0.2 / 0.9)}
+
+
+def test_file_semantic_is_the_cosine_with_each_files_centroid():
+    import numpy as np
+
+    feat = FEATURES["file_semantic"]
+    # a.py: two orthogonal unit chunks (centroid (0.5, 0.5), norm 1/sqrt(2)); b.py: one chunk
+    # at (0.6, 0.8); c.py: one chunk (1, 0), never a candidate
+    chunks = [chunk("a.py"), chunk("a.py"), chunk("b.py"), chunk("c.py")]
+    matrix = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [1.0, 0.0]], dtype=np.float32)
+    index = SimpleNamespace(chunks=chunks, dense=SimpleNamespace(matrix=matrix))
+    q = np.array([0.0, 1.0])
+    dense = matrix @ q  # every chunk's cosine: 0, 1, 0.8, 0
+
+    def run(query, base, channels=None):
+        return feat.compute(RankingContext(
+            shape=query_shape(query), chunks=chunks, facts=ChunkFacts.of(chunks), base=base,
+            channels={"dense": dense} if channels is None else channels, index=index))
+
+    # a.py: mean cosine 0.5 / norm 0.7071 = 0.7071 (its centroid's cosine with q); b.py: 0.8.
+    # Min-max over the two candidate files: a.py 0, b.py 1; every candidate chunk of a file
+    # gets its file's value, chunk 1 (a.py, not a candidate) nothing
+    assert run("how are tokens parsed", {0: 1.0, 2: 0.5}) == {0: 0.0, 2: 1.0}
+    # with c.py a candidate too (cosine 0): a.py (0.7071 - 0) / 0.8 between
+    got = run("how are tokens parsed", {0: 1.0, 1: 0.2, 2: 0.5, 3: 0.1})
+    assert got == pytest.approx({0: 0.5 ** 0.5 / 0.8, 1: 0.5 ** 0.5 / 0.8, 2: 1.0, 3: 0.0})
+    # nothing for an identifier query, without the dense channel, or with one file
+    assert run("parseTokens", {0: 1.0, 2: 0.5}) == {}
+    assert run("how are tokens parsed", {0: 1.0, 2: 0.5}, channels={}) == {}
+    assert run("how are tokens parsed", {0: 1.0, 1: 0.5}) == {}
 
 
 def test_category_prior_multiplies_category_and_path_marks():

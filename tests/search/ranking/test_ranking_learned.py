@@ -92,8 +92,8 @@ def test_bad_model_files_are_named(tmp_path):
     with pytest.raises(ValueError, match=f"other.json: not a {MODEL_FORMAT} model file"):
         model_at(other)
     old = tmp_path / "old.json"
-    old.write_text(json.dumps({"format": MODEL_FORMAT, "columns": ["first_stage"]}))
-    with pytest.raises(ValueError, match="trained on columns.*retrain it"):
+    old.write_text(json.dumps({"format": MODEL_FORMAT, "columns": ["first_stage", "rank:gone"]}))
+    with pytest.raises(ValueError, match="trained on columns.*rank:gone.*retrain it"):
         model_at(old)
     with pytest.raises(ValueError, match="needs ranking.model"):
         RankingStage(RankingOptions(combiner="lambdamart"))
@@ -102,6 +102,38 @@ def test_bad_model_files_are_named(tmp_path):
         RankingOptions(combiner="lambdamart", model=str(tmp_path / "missing.json")).check()
     with pytest.raises(ValueError, match="not a .* model file"):
         RankingOptions(combiner="lambdamart", model=str(other)).check()
+
+
+def test_a_model_reads_only_the_columns_it_was_trained_on(tmp_path):
+    """A model trained before a feature was registered keeps working: it names its columns,
+    and the stage builds its rows from those alone."""
+    from rag.search.ranking.learned import COLUMNS, candidate_matrix
+
+    groups = synthetic_groups()
+    keep = [i for i, c in enumerate(COLUMNS) if c != "rank:chunk_length"]
+    old_cols = [COLUMNS[i] for i in keep]
+    model = train([(x[:, keep], y) for x, y in groups], rounds=30, columns=old_cols)
+    path = model.save(tmp_path / "old.json")
+    loaded = model_at(path)
+    assert loaded.columns == tuple(old_cols)
+    cands = [{"first_stage": 1.0, "rank:definition": 1.0, "rank:chunk_length": 0.7},
+             {"first_stage": 0.5}]
+    full = candidate_matrix(cands, identifier=True)
+    part = candidate_matrix(cands, identifier=True, columns=old_cols)
+    assert part.shape == (2, len(old_cols)) and (part == full[:, keep]).all()
+    with pytest.raises(ValueError, match="unknown ranking model columns"):
+        candidate_matrix(cands, identifier=True, columns=["rank:gone"])
+    stage = RankingStage(RankingOptions(combiner="lambdamart", model=str(path),
+                                        file_saturation=1.0))
+    order, _ = stage.rank("ExecuteC", [(2, 1.0), (3, 0.9), (5, 0.5)],
+                          SimpleNamespace(chunks=CHUNKS))
+    assert order[0][0] == 1
+    # a file whose booster reads another number of columns than it names is refused
+    doc = json.loads(path.read_text())
+    doc["columns"] = old_cols[:-1]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="booster reads"):
+        model_at(path)
 
 
 def test_the_stage_ranks_by_the_model(tmp_path):

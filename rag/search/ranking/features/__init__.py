@@ -32,7 +32,7 @@ def register(feature: object) -> object:
 
 
 for _module in ("definition", "embedded_identifier", "path_match", "file_coherence",
-                "category_prior", "chunk_length"):
+                "file_semantic", "category_prior", "chunk_length"):
     import_module(f"{__name__}.{_module}")
 
 #: every registered feature, in the order the stage applies them
