@@ -80,6 +80,18 @@ SOURCE_SUFFIXES = {
     ".ex", ".exs",
     # in windows: Bats tests, Vue and Svelte components, Cython
     ".bats", ".vue", ".svelte", ".pyx", ".pxd",
+    # in windows: the other languages of semble's benchmark (Haskell, Zig, Luau) and the code
+    # languages of semble's own list (MinishLab/semble index/files.py, its languages less
+    # documentation, config and data), so that corpus.content=code keeps them
+    ".hs", ".lhs", ".zig", ".luau", ".dart", ".ml", ".mli", ".erl", ".hrl", ".clj", ".cljs",
+    ".cljc", ".jl", ".nim", ".pm", ".ps1", ".psm1", ".groovy", ".gradle", ".m", ".mm", ".fs",
+    ".fsi", ".fsx", ".vb", ".elm", ".purs", ".sol", ".sv", ".vhd", ".vhdl", ".tf", ".nix",
+    ".cmake", ".vim", ".el", ".lisp", ".scm", ".rkt", ".tcl", ".cr", ".d", ".odin", ".gleam",
+    ".hx", ".fnl", ".zsh", ".fish", ".awk", ".cu", ".glsl", ".hlsl", ".wgsl", ".graphql",
+    ".gql", ".idr", ".agda", ".lean", ".mojo", ".move", ".cairo", ".res", ".resi", ".pas",
+    ".f90", ".f95", ".f03", ".f08", ".ada", ".adb", ".ads", ".cob", ".cbl", ".asm", ".pyw",
+    ".ino", ".astro", ".twig", ".erb", ".heex", ".eex", ".leex", ".hbs", ".liquid", ".pug",
+    ".less", ".jsonnet", ".libsonnet", ".star", ".bzl", ".mk", ".tl", ".v", ".sml",
 }
 #: directories whose files are tests: Python/Java (src/test/)/Rust/Go tests/ and test/,
 #: RSpec and Jasmine spec/, Jest __tests__/ and its module mocks __mocks__/ (test doubles that

@@ -368,9 +368,13 @@ def test_code_content_keeps_source_files_by_suffix_only(tmp_path: Path):
         "doc/man_docs.go": "package doc\n",                  # Go code in a doc/ directory
         "tests/test_app.py": "def test_x():\n    pass\n",   # tests and examples are code
         "examples/demo.rb": "puts 1\n", "lib/run.bash": "echo 1\n",
+        # languages rag windows are code too (semble's benchmark has Haskell, Zig and Lua)
+        "src/Data/Aeson.hs": "module Data.Aeson where\n", "lib/std/mem.zig": "const a = 1;\n",
+        "lua/lazy/init.lua": "local M = {}\n",
     })
-    kept = ["doc/man_docs.go", "examples/demo.rb", "lib/run.bash", "src/app.go",
-            "src/view.tsx", "tests/test_app.py"]
+    kept = ["doc/man_docs.go", "examples/demo.rb", "lib/run.bash", "lib/std/mem.zig",
+            "lua/lazy/init.lua", "src/Data/Aeson.hs", "src/app.go", "src/view.tsx",
+            "tests/test_app.py"]
     paths, stats = _walk(root, content="code")
     assert sorted(paths) == kept
     # README.md, docs/guide.rst, NOTES.txt, config.yml, package.json, Makefile, bin/tool: 7
@@ -379,7 +383,7 @@ def test_code_content_keeps_source_files_by_suffix_only(tmp_path: Path):
     paths, _ = _walk(root, content="code", include=["README.md"])
     assert sorted(paths) == kept
     # the default indexes them all
-    assert len(_walk(root)[0]) == 13
+    assert len(_walk(root)[0]) == 16
     with pytest.raises(ValueError, match="corpus.content must be one of"):
         _walk(root, content="docs")
 

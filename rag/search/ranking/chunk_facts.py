@@ -17,22 +17,42 @@ _SYMBOL_SEP = re.compile(r"::|\.|#|->|\\")
 # chunk kinds whose symbol is not a definition
 _NOT_DEFINITIONS = frozenset({"module", "section", "window"})
 #: words that introduce a definition, in the languages of rag.corpus.languages and those it
-#: only windows (Scala ``case class``, Elixir ``defmodule``, shell ``function``); case-sensitive
-#: (semble's list, ``semble/ranking/boosting.py``, with ``val``, ``impl`` and ``alias`` added)
+#: only windows (Scala ``case class``, Elixir ``defmodule``, shell and Lua ``function``,
+#: Haskell ``data`` and ``newtype``); case-sensitive (semble's list,
+#: ``semble/ranking/boosting.py``, with ``val``, ``impl``, ``alias``, ``data`` and ``newtype``
+#: added)
 DEFINITION_KEYWORDS = (
     "class", "module", "defmodule", "def", "defp", "defmacro", "interface", "struct", "enum",
     "trait", "type", "func", "function", "object", "abstract class", "data class", "case class",
-    "fn", "fun", "package", "namespace", "protocol", "record", "typedef", "impl", "alias")
+    "fn", "fun", "package", "namespace", "protocol", "record", "typedef", "impl", "alias",
+    "data", "newtype")
 _KEYWORDS = "|".join(re.escape(k) for k in DEFINITION_KEYWORDS)
 
 
 @lru_cache(maxsize=1024)
 def definition_pattern(name: str) -> re.Pattern[str]:
-    """A keyword of :data:`DEFINITION_KEYWORDS` at a line start or after white space, then
-    ``name`` (optionally namespace-qualified), then white space, one of ``<({:[;=`` or the end
-    of the line (``class Router(``, ``defmodule Phoenix.Router do``, ``fn route<``)."""
-    return re.compile(rf"(?:^|(?<=\s))(?:{_KEYWORDS})\s+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::))*"
-                      rf"{re.escape(name)}(?:\s|[<({{:\[;=]|$)", re.MULTILINE)
+    """Where a chunk's text defines ``name``, in the languages rag windows as in the others:
+
+    * a keyword of :data:`DEFINITION_KEYWORDS` at a line start or after white space, then
+      ``name`` (optionally qualified by ``.``, ``::`` or Lua's ``:``), then white space, one of
+      ``<({:[;=`` or the end of the line (``class Router(``, ``defmodule Phoenix.Router do``,
+      ``fn route<``, ``function Picker:new(``);
+    * a type bound to a constant (Zig ``pub const Allocator = struct {``: ``const`` or ``var``,
+      the name, an optional type, ``=``, then ``struct``, ``enum``, ``union``, ``opaque`` or
+      ``error``);
+    * a function assigned to the name (Lua ``M.run = function(a)``, JavaScript
+      ``exports.parse = function``);
+    * a type signature starting a line (Haskell ``encode :: ToJSON a => a -> ByteString``,
+      indented in a ``class`` body).
+    """
+    n = re.escape(name)
+    return re.compile(
+        rf"(?:^|(?<=\s))(?:{_KEYWORDS})\s+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::|:))*"
+        rf"{n}(?:\s|[<({{:\[;=]|$)"
+        rf"|(?:^|(?<=\s))(?:const|var)\s+{n}\s*(?::[^=\n]*)?=\s*(?:extern\s+|packed\s+)?"
+        rf"(?:struct|enum|union|opaque|error)\b"
+        rf"|(?:^|(?<=\s))(?:[A-Za-z_][A-Za-z0-9_]*[.:])*{n}\s*=\s*function\b"
+        rf"|^[ \t]*{n}[ \t]*::[ \t]", re.MULTILINE)
 
 
 def stem_forms(stem: str) -> set[str]:

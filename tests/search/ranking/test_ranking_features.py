@@ -64,6 +64,33 @@ def test_chunk_facts_name_stem_and_definition():
     assert not definition_pattern("Router").search("class RouterBase:")
 
 
+@pytest.mark.parametrize("name, text, defines", [
+    # Lua: a method, a module function, a local function, a function assigned to a field
+    ("new", "function Picker:new(opts)", True),
+    ("setup", "function M.setup(opts)", True),
+    ("helper", "local function helper(x)", True),
+    ("run", "M.run = function(a, b)", True),
+    ("run", "x = run(1)", False),
+    # Zig: types bound to constants, a function; an import is not a type
+    ("Allocator", "pub const Allocator = struct {", True),
+    ("Kind", "pub const Kind = enum { a, b };", True),
+    ("Err", "const Err = error{ OutOfMemory };", True),
+    ("std", 'const std = @import("std");', False),
+    ("append", "    pub fn append(self: *Self, item: T) !void {", True),
+    # Haskell: data, newtype, class, a signature (top level or in a class body)
+    ("Value", "data Value = Object Object", True),
+    ("Parser", "newtype Parser a = Parser { runParser :: String }", True),
+    ("ToJSON", "class ToJSON a where", True),
+    ("encode", "encode :: ToJSON a => a -> ByteString", True),
+    ("toJSON", "    toJSON :: a -> Value", True),
+    ("encode", "  x = encode :: Int", False),
+    # a C++ qualified call is not a signature
+    ("bar", "Foo::bar()", False),
+])
+def test_definitions_in_languages_rag_windows(name, text, defines):
+    assert bool(definition_pattern(name).search(text)) is defines
+
+
 def test_definition_finds_the_definition_outside_the_candidates():
     feat = FEATURES["definition"]
     # ExecuteC: chunk 1 defines it (stem 'command' != 'executec': value 1); with scan it is
