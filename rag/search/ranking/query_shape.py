@@ -7,7 +7,10 @@ MIT): a query is *identifier-shaped* when it is one namespace-qualified name
 ``_`` after its first letter (``ExecuteC``, ``url_for``) or starts upper-case (``Command``,
 ``Json``). Unlike the router's :func:`rag.search.route.looks_like_symbol` (which must not send
 a one-word question to BM25 alone), this shape only decides which features apply and how
-fusion weighs the channels, so a plain capitalised word counts.
+fusion weighs the channels, so a plain capitalised word counts. A query of one lower-case
+word (``distill``, ``jsonify``) stays prose, but the word is also taken as an embedded
+identifier: a function of that name is what a one-word lookup most often wants (not semble's
+rule; experiments/ranking.md, "2026-12-06").
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ _EMBEDDED = re.compile(
     r"|[a-z][a-zA-Z0-9]*[A-Z][a-zA-Z0-9]+"
     r"|[a-z][a-z0-9]*_[a-z0-9_]+)\b")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a query of one lower-case word of >= 3 letters
+_ONE_WORD = re.compile(r"[a-z][a-z0-9]{2,}$")
 _SEPARATORS = ("::", "\\", "->", "#", ".")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 #: words never matched against paths (semble's list)
@@ -82,4 +87,10 @@ def query_shape(query: str) -> QueryShape:
         return QueryShape(q, True, frozenset({last, q}), frozenset(), frozenset())
     words = frozenset(w.lower() for w in _WORD.findall(q)
                       if len(w) > 2 and w.lower() not in STOPWORDS)
-    return QueryShape(q, False, frozenset(), frozenset(_EMBEDDED.findall(q)), words)
+    embedded = frozenset(_EMBEDDED.findall(q))
+    if _ONE_WORD.match(q) and q not in STOPWORDS:
+        # one lower-case word (``distill``, ``jsonify``): maybe a function's name, so its
+        # definition is looked for as an embedded identifier's is (at embedded_identifier's
+        # weight, half of an identifier query's)
+        embedded = frozenset({q})
+    return QueryShape(q, False, frozenset(), embedded, words)

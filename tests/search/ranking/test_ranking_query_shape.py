@@ -36,6 +36,16 @@ def test_prose_keywords_and_embedded_identifiers():
     assert s.names == frozenset()
 
 
+def test_one_lower_case_word_is_prose_that_may_name_a_definition():
+    s = query_shape("distill")
+    assert not s.identifier and s.names == frozenset()
+    assert s.embedded == {"distill"} and s.keywords == {"distill"}
+    # a stopword, a word of < 3 letters or two words are not
+    assert query_shape("where").embedded == frozenset()
+    assert query_shape("io").embedded == frozenset()
+    assert query_shape("route matching").embedded == frozenset()
+
+
 @pytest.mark.parametrize("token, parts", [
     ("HandlerStack", ("handlerstack", "handler", "stack")),
     ("radix_tree", ("radix_tree", "radix", "tree")),
