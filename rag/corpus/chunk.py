@@ -49,7 +49,10 @@ from rag.corpus.walk import Document
 #    else as in 4
 # 6: Elixir (.ex, .exs) by symbol (defmodule / defimpl / defprotocol, def / defp / defmacro /
 #    defdelegate ...), which were windows; everything else as in 5
-CHUNKER_VERSION = "6"
+# 7: Lua (.lua) and Haskell (.hs) by symbol (Lua functions, ``M.f`` and ``M:f`` as methods
+#    of ``M``; Haskell data/newtype/type/class/instance, a function's equations and signature
+#    as one symbol), which were windows; everything else as in 6
+CHUNKER_VERSION = "7"
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).

@@ -60,6 +60,13 @@ Elixir         ``defmodule A.B do def f ...`` -> ``A.B`` (class), ``A.B.f`` (met
                ``defp``/``defmacro``/``defguard``/``defdelegate`` as ``def``;
                ``defimpl P, for: T`` and ``defprotocol P`` -> class ``P``; a ``def``
                with ``when`` is named by its call; ``@doc``/``@spec`` above are its lines
+Lua            ``function f``, ``local function f`` -> ``f``; ``function M.f`` and
+               ``function M:f`` -> ``M.f`` (method); ``M.f = function`` stays in
+               ``<module>``; ``---`` LuaDoc and ``-- @`` annotations lead a function
+Haskell        ``data``, ``newtype``, ``type``, ``class``, ``instance`` (named by its
+               class) -> class; a function's equations, with its type signature and
+               Haddock above, are one function (``decode "" = ...; decode s = ...``);
+               in a class or instance body -> ``Class.method``
 =============  ===================================================================
 
 Rules shared by every language:
@@ -159,6 +166,8 @@ class LanguageSpec:
             ``call_types`` whose ``target`` is such a name is that kind of symbol, named by
             its first argument (an alias ``A.B``, a call ``f(x)``, ``f(x) when ...``, or a
             bare name), its members the ``body_types`` child (``do_block``).
+        merge_clauses: a function declared by several adjacent clauses of one name (Haskell's
+            equations ``decode "" = ...``, ``decode s = ...``) is one symbol.
     """
 
     name: str
@@ -184,6 +193,7 @@ class LanguageSpec:
     recover: str | None = None
     call_kinds: Mapping[str, str] = field(default_factory=dict)
     call_types: frozenset[str] = frozenset()
+    merge_clauses: bool = False
 
 
 #: the symbol of a file's remaining top-level code (imports, constants, module statements)
@@ -385,6 +395,28 @@ ELIXIR = LanguageSpec(
     doc_comment=r"@(?:doc|spec|impl|typedoc)\b",
 )
 
+LUA = LanguageSpec(
+    name="lua", grammar="lua",
+    # function f(), local function f(), function M.f(), function M:f() (a method of M)
+    functions=_types("function_declaration"),
+    containers=frozenset(),
+    leading=_types("comment"),
+    doc_comment=r"---|--\s*@",  # LuaDoc / EmmyLua annotations
+)
+
+HASKELL = LanguageSpec(
+    name="haskell", grammar="haskell",
+    # a function's equations are one symbol, its type signature and Haddock lead it
+    functions=_types("function", "bind"),
+    containers=_types("data_type", "newtype", "class", "instance", "type_synomym",
+                      "type_family", "data_family"),
+    transparent=_types("declarations"),
+    body_types=_types("class_declarations", "instance_declarations"),
+    leading=_types("haddock", "comment", "signature", "pragma"),
+    doc_comment=r"--\s*[|^]",
+    merge_clauses=True,
+)
+
 #: File suffix (lower case) -> its language. Python is not here: it stays on ``ast``.
 LANGUAGES: Mapping[str, LanguageSpec] = {
     **dict.fromkeys((".ts", ".mts", ".cts"), TYPESCRIPT),
@@ -403,6 +435,8 @@ LANGUAGES: Mapping[str, LanguageSpec] = {
     ".scala": SCALA, ".sc": SCALA,
     ".sh": BASH, ".bash": BASH,
     ".ex": ELIXIR, ".exs": ELIXIR,
+    ".lua": LUA,
+    ".hs": HASKELL,
 }
 
 _PYTHON_SUFFIXES = (".py", ".pyi")
@@ -488,14 +522,16 @@ class _Sym:
 
 # names that are read whole; the qualified ones are split into their parts
 _QUALIFIED = frozenset({"qualified_identifier", "nested_namespace_specifier", "nested_identifier",
-                        "scope_resolution", "namespace_name", "user_type"})
+                        "scope_resolution", "namespace_name", "user_type",
+                        # Lua: function M.setup(), function Picker:new()
+                        "dot_index_expression", "method_index_expression"})
 _LEAVES = _QUALIFIED | frozenset({
     "identifier", "type_identifier", "field_identifier", "property_identifier",
     "private_property_identifier", "simple_identifier", "constant", "name",
     "namespace_identifier", "string_fragment", "destructor_name", "operator_name", "operator",
     "setter", "computed_property_name"})
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
-_QUALIFIER = re.compile(r"::|\.|\\")
+_QUALIFIER = re.compile(r"::|\.|\\|:")
 _OPERATOR = re.compile(r"(?<![A-Za-z0-9_$])operator(?![A-Za-z0-9_$])")
 # a doc comment that is the file's header, not a declaration's documentation
 _FILE_HEADER = re.compile(r"@license|@preserve|@file|@fileoverview|@module\b|"
@@ -689,6 +725,11 @@ class _Walker:
             if len(found) == 1 and node.type not in self.spec.transparent \
                     and node.type not in self.spec.namespaces:
                 found[0].start = min(found[0].start, self.leading_start(nodes, i))
+            if (self.spec.merge_clauses and len(found) == 1 and out
+                    and found[0].kind != "class" and not found[0].members
+                    and (out[-1].symbol, out[-1].kind) == (found[0].symbol, found[0].kind)):
+                out[-1].end = max(out[-1].end, found[0].end)  # one more clause of it
+                continue
             out.extend(found)
         return out
 

@@ -14,6 +14,12 @@ from rag.golden.miners.docstrings import DOC_SYNTAX, doc_comment, docstring_summ
            "func (c *Context) FullPath() string {\n", "FullPath returns a matched route full "
      "path.\n\n\tc.FullPath()", 3),
     ("go", "//go:generate stringer\nfunc F() {}\n", None, None),  # a directive only
+    # LuaDoc: --- then -- lines, the @param tag ends it
+    ("lua", "--- Create a new picker.\n-- Reads opts.\n-- @param opts table\nfunction M.new(opts)\n",
+     "Create a new picker.\nReads opts.", 3),
+    # Haddock: -- | then -- lines; the type signature below is not documentation
+    ("haskell", "-- | Encode a value\n--   as JSON.\nencode :: a -> ByteString\nencode = go\n",
+     "Encode a value\n  as JSON.", 2),
     ("java", "/**\n * Returns the {@link Foo} for a name.\n *\n * @param name the name\n */\n"
              "@Override\npublic Foo get(String name) {\n", "Returns the Foo for a name.", 6),
     ("kotlin", "/** Copies all properties of this query into [other]. */\nfun copy() {}\n",
@@ -57,7 +63,7 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     (tmp_path / "parse.ts").write_text(
         "/**\n * Parse the header line into a name and a value.\n * @param line the line\n */\n"
         "export function parseHeader(line: string) {\n  return line;\n}\n")
-    (tmp_path / "lib.lua").write_text("-- Run it all, every time.\nfunction run() return 1 end\n")
+    (tmp_path / "lib.zig").write_text("/// Run it all, every time.\nfn run() u32 {\n    return 1;\n}\n")
     res = mine_docstrings(tmp_path, max_candidates=None)
     got = sorted((c["query"], c["relevant"][0]["symbol"], c["kind"]) for c in res.candidates)
     assert got == [
@@ -71,7 +77,7 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     # without its comment the chunk is "func Handle(path string) {}": handle, path -> 2/6
     assert go["leakage"] == 1.0 and go["leakage_masked"] == round(2 / 6, 3)
     assert "doc comment summary" in go["note"]
-    assert res.warnings == ["no docstrings read from 1 .lua file(s): no doc-comment reader for "
+    assert res.warnings == ["no docstrings read from 1 .zig file(s): no doc-comment reader for "
                             "that language (rag/golden/miners/docstrings.py)"]
 
 
