@@ -142,13 +142,14 @@ class StageCache:
 def index_settings(cfg: DictConfig) -> dict[str, Any]:
     """Everything besides the corpus files and the embedder that decides what a built index
     holds: the ``corpus`` subtree (walk rules, chunker, windows; not its name or labels),
-    BM25's tokenizer, ``index.header`` and the walk / chunker / tokenizer code versions — as
+    BM25's tokenizer, ``index.header`` and the walk / chunker / tokenizer code versions (and
+    the chunking code's own hash, :func:`rag.corpus.chunk.chunker_code`) — as
     plain JSON. A published build records it (rag/index/versioned.py); ``rag search`` and
     ``rag serve`` rebuild a build whose record differs, so an index made under other walk
     rules (e.g. before secrets were skipped) is never served."""
     import json
 
-    from rag.corpus.chunk import CHUNKER_VERSION
+    from rag.corpus.chunk import CHUNKER_VERSION, chunker_code
     from rag.index.store import WALK_VERSION
     from rag.index.tokenize import TOKENIZER_VERSION
 
@@ -160,7 +161,8 @@ def index_settings(cfg: DictConfig) -> dict[str, Any]:
     out = {"corpus": corpus, "bm25_tokenizer": bm25.get("tokenizer"),
            "bm25_idf": bm25.get("idf"), "bm25_path_field": bm25.get("path_field"),
            "header": str(cfg.index.header), "chunker_version": CHUNKER_VERSION,
-           "walk_version": WALK_VERSION, "tokenizer_version": TOKENIZER_VERSION}
+           "chunker_code": chunker_code(), "walk_version": WALK_VERSION,
+           "tokenizer_version": TOKENIZER_VERSION}
     lengths = category_lengths(cfg)
     if lengths:  # chunks embedded at other lengths: another build (none recorded: as before)
         out["max_seq_by_category"] = lengths

@@ -31,6 +31,7 @@ Scala and shell (Bash) symbol chunks, which were windows, and changes nothing el
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -52,7 +53,25 @@ from rag.corpus.walk import Document
 # 7: Lua (.lua) and Haskell (.hs) by symbol (Lua functions, ``M.f`` and ``M:f`` as methods
 #    of ``M``; Haskell data/newtype/type/class/instance, a function's equations and signature
 #    as one symbol), which were windows; everything else as in 6
-CHUNKER_VERSION = "7"
+# 8: Zig (.zig) by symbol (``fn`` and ``const A = struct/enum/union {...}`` with its
+#    methods), which were windows; everything else as in 7
+CHUNKER_VERSION = "8"
+
+
+@functools.lru_cache(maxsize=1)
+def chunker_code() -> str:
+    """The first 16 hex digits of the SHA-256 of the source of the modules that decide which
+    files are read and what their chunks are (this module, rag/corpus/languages.py, walk.py
+    and secrets.py). Caches of chunks and indexes are keyed by it beside
+    :data:`CHUNKER_VERSION`, so that code changed without a version bump (an edit not yet
+    versioned, an experiment undone) never reuses chunks another code made."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in ("chunk.py", "languages.py", "walk.py", "secrets.py"):
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return h.hexdigest()[:16]
 
 #: No chunk holds more characters than this. Above the largest ordinary chunk measured
 #: (20,392 characters: a 60-line window of Flask's uv.lock; 99% of chunks are under 10,200).

@@ -67,6 +67,9 @@ Haskell        ``data``, ``newtype``, ``type``, ``class``, ``instance`` (named b
                class) -> class; a function's equations, with its type signature and
                Haddock above, are one function (``decode "" = ...; decode s = ...``);
                in a class or instance body -> ``Class.method``
+Zig            ``fn f`` -> ``f``; ``const A = struct {...}`` (also ``enum``, ``union``,
+               ``opaque``) -> ``A`` (class) with its ``fn`` members as ``A.m``; an error
+               set, an import, a ``test`` block stay in ``<module>``
 =============  ===================================================================
 
 Rules shared by every language:
@@ -168,6 +171,9 @@ class LanguageSpec:
             bare name), its members the ``body_types`` child (``do_block``).
         merge_clauses: a function declared by several adjacent clauses of one name (Haskell's
             equations ``decode "" = ...``, ``decode s = ...``) is one symbol.
+        body_via: node types a declaration's body is looked for through, when it is not a
+            direct child (Zig's ``const A = struct {...}``: the ``ContainerDecl`` inside the
+            value's expression nodes).
     """
 
     name: str
@@ -194,6 +200,7 @@ class LanguageSpec:
     call_kinds: Mapping[str, str] = field(default_factory=dict)
     call_types: frozenset[str] = frozenset()
     merge_clauses: bool = False
+    body_via: frozenset[str] = frozenset()
 
 
 #: the symbol of a file's remaining top-level code (imports, constants, module statements)
@@ -417,6 +424,22 @@ HASKELL = LanguageSpec(
     merge_clauses=True,
 )
 
+ZIG = LanguageSpec(
+    name="zig", grammar="zig",
+    # `fn f()` is a Decl holding the FnProto (the name) and the Block: the Decl wraps it
+    functions=_types("FnProto"),
+    # `const A = struct {...}` (enum, union, opaque): a VarDecl with a ContainerDecl inside its
+    # value; a VarDecl without one (`const std = @import("std")`) is no symbol
+    containers=_types("VarDecl"),
+    wrappers=_types("Decl"),
+    name_fields={"FnProto": "function", "VarDecl": "variable_type_function"},
+    body_types=_types("ContainerDecl"),
+    body_via=_types("ErrorUnionExpr", "SuffixExpr"),
+    needs_body=_types("VarDecl"),
+    leading=_types("doc_comment", "line_comment"),
+    doc_comment=r"///",
+)
+
 #: File suffix (lower case) -> its language. Python is not here: it stays on ``ast``.
 LANGUAGES: Mapping[str, LanguageSpec] = {
     **dict.fromkeys((".ts", ".mts", ".cts"), TYPESCRIPT),
@@ -437,6 +460,7 @@ LANGUAGES: Mapping[str, LanguageSpec] = {
     ".ex": ELIXIR, ".exs": ELIXIR,
     ".lua": LUA,
     ".hs": HASKELL,
+    ".zig": ZIG,
 }
 
 _PYTHON_SUFFIXES = (".py", ".pyi")
@@ -565,6 +589,12 @@ class _Walker:
         if body is None and self.spec.body_types:
             body = next((c for c in node.named_children if c.type in self.spec.body_types),
                         None)
+            via = [c for c in node.named_children if c.type in self.spec.body_via]
+            while body is None and via:  # through the value's expression nodes
+                c = via.pop(0)
+                body = next((g for g in c.named_children if g.type in self.spec.body_types),
+                            None)
+                via.extend(g for g in c.named_children if g.type in self.spec.body_via)
         return body
 
     def members(self, node, *, transparent: bool) -> list:

@@ -80,10 +80,10 @@ SOURCE_SUFFIXES = {
     ".ex", ".exs",
     # in windows: Bats tests, Vue and Svelte components, Cython
     ".bats", ".vue", ".svelte", ".pyx", ".pxd",
-    # in windows: the other languages of semble's benchmark (Haskell, Zig, Luau) and the code
-    # languages of semble's own list (MinishLab/semble index/files.py, its languages less
-    # documentation, config and data), so that corpus.content=code keeps them
-    ".hs", ".lhs", ".zig", ".luau", ".dart", ".ml", ".mli", ".erl", ".hrl", ".clj", ".cljs",
+    # Haskell and Zig (by symbol since chunker 7); in windows, the other code languages of
+    # semble's own list (MinishLab/semble index/files.py, its languages less documentation,
+    # config and data), so that corpus.content=code keeps them
+    ".hs", ".zig", ".lhs", ".luau", ".dart", ".ml", ".mli", ".erl", ".hrl", ".clj", ".cljs",
     ".cljc", ".jl", ".nim", ".pm", ".ps1", ".psm1", ".groovy", ".gradle", ".m", ".mm", ".fs",
     ".fsi", ".fsx", ".vb", ".elm", ".purs", ".sol", ".sv", ".vhd", ".vhdl", ".tf", ".nix",
     ".cmake", ".vim", ".el", ".lisp", ".scm", ".rkt", ".tcl", ".cr", ".d", ".odin", ".gleam",

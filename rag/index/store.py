@@ -16,14 +16,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rag.corpus.chunk import CHUNKER_VERSION, Chunk
+from rag.corpus.chunk import CHUNKER_VERSION, Chunk, chunker_code
 
 STORE_VERSION = "2"
 # bump when the walk's rules (what is skipped, how files are categorised) change
 # 5: secret literals in indexed files are redacted (rag/corpus/secrets.py)
 # 6: corpus.content (code only) and more literals redacted (Heroku keys; a config file's
 #    unquoted password)
-WALK_VERSION = "6"
+# 7: the code languages rag windows or chunks since chunker 7 (Haskell, Zig, ...) are source
+#    files, kept by corpus.content=code
+WALK_VERSION = "7"
 
 
 def stat_fingerprint(root: Path) -> str:
@@ -56,7 +58,8 @@ def stat_fingerprint(root: Path) -> str:
 def store_path(store_dir: Path, root: Path, settings: dict[str, Any]) -> Path:
     """The store file for ``root`` under ``settings`` (walk and chunker options)."""
     key = json.dumps({"root": str(root.resolve()), "settings": settings,
-                      "chunker": CHUNKER_VERSION, "walk": WALK_VERSION, "store": STORE_VERSION},
+                      "chunker": CHUNKER_VERSION, "chunker_code": chunker_code(),
+                      "walk": WALK_VERSION, "store": STORE_VERSION},
                      sort_keys=True)
     return store_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 

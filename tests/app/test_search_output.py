@@ -31,7 +31,7 @@ def test_a_long_path_keeps_its_file_name_and_lines(capsys):
 
 def test_the_rebuild_warning_says_which_overrides_give_the_published_build():
     manifest = {"settings": {"corpus": {"content": "code", "exclude": ["a", "b"]},
-                             "chunker_version": "7"}}
+                             "chunker_version": "8"}}
     assert _overrides_of_build(manifest, ["corpus.content"]) == ["corpus.content=code"]
     # a list or a setting that is no config key: no override list would give that build
     assert _overrides_of_build(manifest, ["corpus.content", "corpus.exclude"]) == []

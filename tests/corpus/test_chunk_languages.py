@@ -183,6 +183,15 @@ EXPECTED: dict[str, list[tuple[str, str, int, int]]] = {
         ("encode", F, 30, 33),              # Haddock and signature lead the equation
         ("decode", F, 35, 37),              # signature and two equations, one function
     ],
+    "array_list.zig": [
+        ("<module>", M, 1, 35),             # the import, the error set, the test block
+        ("ArrayList", F, 3, 14),            # pub fn with its /// doc comment; the struct it
+                                            # returns stays inside it
+        ("Allocator", C, 16, 23),           # const Allocator = struct {...}: 16, 17, 23
+        ("Allocator.alloc", ME, 19, 22),
+        ("Kind", C, 25, 25),                # const Kind = enum {...}
+        ("helper", F, 29, 31),
+    ],
     "router.rb": [
         ("<module>", M, 1, 28),            # 1, 3, 28
         ("Web", C, 5, 22),                 # module Web: 5, 6, 22
@@ -270,7 +279,7 @@ def test_every_language_has_a_fixture():
     for suffix in (".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx", ".go", ".rs",
                    ".java", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cs",
                    ".rb", ".php", ".kt", ".kts", ".swift", ".scala", ".sc", ".sh", ".bash",
-                   ".ex", ".exs", ".lua", ".hs"):
+                   ".ex", ".exs", ".lua", ".hs", ".zig"):
         assert language_for(f"a/b{suffix.upper()}") is LANGUAGES[suffix]
 
 
@@ -376,7 +385,7 @@ def test_python_stays_on_the_ast_chunker():
         ("f", F, 15, 18),
     ]
     assert chunks == chunk_python(doc)
-    assert CHUNKER_VERSION == "7"
+    assert CHUNKER_VERSION == "8"
 
 
 def test_language_names():
@@ -595,3 +604,23 @@ def test_classes_in_a_top_level_function_are_chunks():
     assert _rows(chunk_document(_doc("a.ts", text))) == [("A", C, 1, 5), ("A.m", ME, 2, 4)]
     py = "def f():\n    class A:\n        pass\n    return A\n"
     assert _rows(chunk_document(_doc("a.py", py))) == [("f", F, 1, 4)]
+
+
+def test_caches_are_keyed_by_the_chunking_code_itself(compose, tmp_path):
+    """chunker_code is the SHA-256 of the modules that decide what a chunk is, computed here
+    by hand; the chunk store's key and an index's recorded settings carry it, so chunks made
+    by other code under the same CHUNKER_VERSION are never reused."""
+    import hashlib
+
+    from rag.app.stages import index_settings
+    from rag.corpus.chunk import chunker_code
+    from rag.index.store import store_path
+
+    src = Path(__file__).parents[2] / "rag" / "corpus"
+    h = hashlib.sha256()
+    for name in ("chunk.py", "languages.py", "walk.py", "secrets.py"):
+        h.update(name.encode() + b"\0" + (src / name).read_bytes())
+    assert chunker_code() == h.hexdigest()[:16]
+    assert index_settings(compose([]))["chunker_code"] == chunker_code()
+    a = store_path(tmp_path, tmp_path, {"x": 1})
+    assert a == store_path(tmp_path, tmp_path, {"x": 1}) != store_path(tmp_path, tmp_path, {"x": 2})

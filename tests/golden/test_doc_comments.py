@@ -63,7 +63,7 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     (tmp_path / "parse.ts").write_text(
         "/**\n * Parse the header line into a name and a value.\n * @param line the line\n */\n"
         "export function parseHeader(line: string) {\n  return line;\n}\n")
-    (tmp_path / "lib.zig").write_text("/// Run it all, every time.\nfn run() u32 {\n    return 1;\n}\n")
+    (tmp_path / "lib.nim").write_text("## Run it all, every time.\nproc run(): int = 1\n")
     res = mine_docstrings(tmp_path, max_candidates=None)
     got = sorted((c["query"], c["relevant"][0]["symbol"], c["kind"]) for c in res.candidates)
     assert got == [
@@ -77,7 +77,7 @@ def test_mine_docstrings_reads_go_typescript_and_names_what_it_cannot(tmp_path):
     # without its comment the chunk is "func Handle(path string) {}": handle, path -> 2/6
     assert go["leakage"] == 1.0 and go["leakage_masked"] == round(2 / 6, 3)
     assert "doc comment summary" in go["note"]
-    assert res.warnings == ["no docstrings read from 1 .zig file(s): no doc-comment reader for "
+    assert res.warnings == ["no docstrings read from 1 .nim file(s): no doc-comment reader for "
                             "that language (rag/golden/miners/docstrings.py)"]
 
 

@@ -48,6 +48,7 @@ DOC_SYNTAX: dict[str, tuple[str, ...]] = {
     # LuaDoc / EmmyLua (--- first, then -- lines); Haddock (-- | first, then -- lines)
     "lua": ("---", "--"),
     "haskell": ("-- |", "--"),
+    "zig": ("///",),
 }
 _ELIXIR_HEAD = re.compile(r"^\s*(defmodule|defprotocol|defimpl)\b")
 _ELIXIR_ATTR = re.compile(r'^\s*@(doc|moduledoc|typedoc)\s+(?:~[sS])?("""|\'\'\'|"(.*)")\s*$')
@@ -116,7 +117,7 @@ def doc_comment(text: str, language: str) -> tuple[str, int] | None:
     ``language``: a :class:`~rag.corpus.languages.LanguageSpec` name. Read: ``//`` and
     ``///`` line comments, ``/** */`` and ``/*! */`` blocks (the leading ``*`` of each line
     dropped), ``#`` line comments (Ruby, shell: not ``#!`` nor a Rust ``#[attribute]``),
-    ``---``/``--`` (Lua) and ``-- |``/``--`` (Haskell's Haddock) line comments;
+    ``---``/``--`` (Lua) and ``-- |``/``--`` (Haskell's Haddock) line comments, Zig's ``///``;
     attribute and annotation lines between the comment and the declaration are passed over.
     Cleaned: comment markers; C# XML documentation reduced to its ``<summary>`` (``<see
     cref="X"/>`` read as ``X``); Javadoc-style block tags from the first ``@tag`` line on;

@@ -17,15 +17,14 @@ _SYMBOL_SEP = re.compile(r"::|\.|#|->|\\")
 # chunk kinds whose symbol is not a definition
 _NOT_DEFINITIONS = frozenset({"module", "section", "window"})
 #: words that introduce a definition, in the languages of rag.corpus.languages and those it
-#: only windows (Scala ``case class``, Elixir ``defmodule``, shell and Lua ``function``,
-#: Haskell ``data`` and ``newtype``); case-sensitive (semble's list,
-#: ``semble/ranking/boosting.py``, with ``val``, ``impl``, ``alias``, ``data`` and ``newtype``
-#: added)
+#: only windows (Scala ``case class``, Elixir ``defmodule``, shell and Lua ``function``);
+#: case-sensitive (semble's list, ``semble/ranking/boosting.py``, with ``val``, ``impl`` and
+#: ``alias`` added). Haskell's ``data`` and ``newtype`` count only at a line's start (prose
+#: says "the data model").
 DEFINITION_KEYWORDS = (
     "class", "module", "defmodule", "def", "defp", "defmacro", "interface", "struct", "enum",
     "trait", "type", "func", "function", "object", "abstract class", "data class", "case class",
-    "fn", "fun", "package", "namespace", "protocol", "record", "typedef", "impl", "alias",
-    "data", "newtype")
+    "fn", "fun", "package", "namespace", "protocol", "record", "typedef", "impl", "alias")
 _KEYWORDS = "|".join(re.escape(k) for k in DEFINITION_KEYWORDS)
 
 
@@ -39,7 +38,8 @@ def definition_pattern(name: str) -> re.Pattern[str]:
       ``fn route<``, ``function Picker:new(``);
     * a type bound to a constant (Zig ``pub const Allocator = struct {``: ``const`` or ``var``,
       the name, an optional type, ``=``, then ``struct``, ``enum``, ``union``, ``opaque`` or
-      ``error``);
+      ``error`` and its ``{`` or ``(``; ``error.OutOfMemory`` is a value, not a type);
+    * Haskell's ``data`` / ``newtype`` at a line's start (``data Value = ...``);
     * a function assigned to the name (Lua ``M.run = function(a)``, JavaScript
       ``exports.parse = function``);
     * a type signature starting a line (Haskell ``encode :: ToJSON a => a -> ByteString``,
@@ -49,8 +49,9 @@ def definition_pattern(name: str) -> re.Pattern[str]:
     return re.compile(
         rf"(?:^|(?<=\s))(?:{_KEYWORDS})\s+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::|:))*"
         rf"{n}(?:\s|[<({{:\[;=]|$)"
-        rf"|(?:^|(?<=\s))(?:const|var)\s+{n}\s*(?::[^=\n]*)?=\s*(?:extern\s+|packed\s+)?"
-        rf"(?:struct|enum|union|opaque|error)\b"
+        rf"|(?:^|(?<=\s))(?:const|var)\s+{n}\s*(?::[^=\n;{{]{{0,200}})?=\s*"
+        rf"(?:extern\s+|packed\s+)?(?:struct|enum|union|opaque|error)\s*[({{]"
+        rf"|^(?:data|newtype)(?:\s+instance)?\s+{n}\b"
         rf"|(?:^|(?<=\s))(?:[A-Za-z_][A-Za-z0-9_]*[.:])*{n}\s*=\s*function\b"
         rf"|^[ \t]*{n}[ \t]*::[ \t]", re.MULTILINE)
 

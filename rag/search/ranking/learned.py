@@ -185,9 +185,9 @@ def load_model(path: str, mtime_ns: int) -> LearnedModel:
         raise ValueError(f"ranking.model {path}: trained on columns {cols}, this rag computes "
                          f"{list(COLUMNS)}: retrain it (rag ranking train)")
     booster = lgb.Booster(model_str=doc["booster"])
-    if booster.num_feature() != len(cols):
-        raise ValueError(f"ranking.model {path}: its booster reads {booster.num_feature()} "
-                         f"columns, the file names {len(cols)}")
+    if booster.feature_name() != [c.replace(":", "_") for c in cols]:
+        raise ValueError(f"ranking.model {path}: its booster reads the columns "
+                         f"{booster.feature_name()}, the file names {cols}")
     return LearnedModel(booster=booster, columns=tuple(cols),
                         provenance=doc.get("provenance", {}))
 

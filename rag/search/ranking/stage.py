@@ -68,7 +68,7 @@ class RankingStage:
 
         Args:
             channels: each channel that ran -> (its scores of every chunk, its ``no_match``);
-                read by the learned combiner only.
+                read by the features (``file_semantic``) and the learned combiner.
 
         Returns:
             (the new (chunk index, stage score) pairs, best first, saturation applied; the

@@ -86,6 +86,12 @@ def test_chunk_facts_name_stem_and_definition():
     ("encode", "  x = encode :: Int", False),
     # a C++ qualified call is not a signature
     ("bar", "Foo::bar()", False),
+    # prose and values that look like the Haskell or Zig forms are not definitions
+    ("model", "# load the data model first", False),
+    ("race", "// avoid a data race", False),
+    ("message", "const message = error.message;", False),
+    ("err", "const err = error.OutOfMemory;", False),
+    ("Value", "  data Value = Object", False),
 ])
 def test_definitions_in_languages_rag_windows(name, text, defines):
     assert bool(definition_pattern(name).search(text)) is defines
@@ -170,6 +176,12 @@ def test_file_semantic_is_the_cosine_with_each_files_centroid():
     # with c.py a candidate too (cosine 0): a.py (0.7071 - 0) / 0.8 between
     got = run("how are tokens parsed", {0: 1.0, 1: 0.2, 2: 0.5, 3: 0.1})
     assert got == pytest.approx({0: 0.5 ** 0.5 / 0.8, 1: 0.5 ** 0.5 / 0.8, 2: 1.0, 3: 0.0})
+    # under an ANN (-inf: chunks it did not score) a file with an unscored chunk has no
+    # centroid cosine: a.py is left out, b.py and c.py remain (c.py 0, b.py 1)
+    ann = dense.copy()
+    ann[1] = -np.inf
+    got = run("how are tokens parsed", {0: 1.0, 2: 0.5, 3: 0.1}, channels={"dense": ann})
+    assert got == {2: 1.0, 3: 0.0}
     # nothing for an identifier query, without the dense channel, or with one file
     assert run("parseTokens", {0: 1.0, 2: 0.5}) == {}
     assert run("how are tokens parsed", {0: 1.0, 2: 0.5}, channels={}) == {}

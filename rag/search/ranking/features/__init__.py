@@ -5,6 +5,8 @@
 * ``embedded_identifier`` (embedded_identifier.py) — definitions of identifiers in prose.
 * ``path_match`` (path_match.py) — query words in the file stem or its directory.
 * ``file_coherence`` (file_coherence.py) — several strong chunks in one file.
+* ``file_semantic`` (file_semantic.py) — the query's cosine with each candidate file's
+  centroid (weight 0 by default: logged for the learned combiner and attribution).
 * ``category_prior`` (category_prior.py) — tests, examples, re-exports, compat and .d.ts
   stubs demoted (documentation and config too under conf/ranking/code_only.yaml).
 * ``chunk_length`` (chunk_length.py) — the chunk's length (weight 0 by default: logged for

@@ -8,7 +8,8 @@ e_i||``, so only the centroid norms are computed (once per index, from the dense
 Value of every candidate chunk of a candidate file: ``(c_f - c_min) / (c_max - c_min)`` over
 the candidate files (1: the file whose centroid is nearest the query). Nothing for an
 identifier query (``definition`` answers those), when the dense channel did not run (BM25 or
-grep routes) or when fewer than two files are candidates. Weight 0 by default: logged per hit
+grep routes) or when fewer than two files are candidates; under an ANN (``dense.index``), only
+for the files whose every chunk it scored. Weight 0 by default: logged per hit
 for attribution and the learned combiner; experiments/ranking.md has its sweep.
 """
 
@@ -53,11 +54,14 @@ class FileSemantic:
         files: dict[str, list[int]] = {}
         for i in sorted(ctx.base):
             files.setdefault(ctx.chunks[i].path, []).append(i)
+        scores = np.asarray(dense, dtype=np.float64)
         cos: dict[str, float] = {}
         for path in files:
-            s = np.asarray(dense, dtype=np.float64)[rows[path]]
-            s = s[np.isfinite(s)]  # a chunk a type filter removed
-            if len(s) and norms[path] > 0:
+            s = scores[rows[path]]
+            # an ANN scores only its own candidates (-inf elsewhere): a file some of whose
+            # chunks it did not score has no centroid cosine (a mean over part of the file
+            # divided by the whole file's norm is not one)
+            if norms[path] > 0 and np.isfinite(s).all():
                 cos[path] = float(s.mean()) / norms[path]
         if len(cos) < 2:
             return {}
