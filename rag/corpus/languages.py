@@ -63,10 +63,10 @@ Elixir         ``defmodule A.B do def f ...`` -> ``A.B`` (class), ``A.B.f`` (met
 Lua            ``function f``, ``local function f`` -> ``f``; ``function M.f`` and
                ``function M:f`` -> ``M.f`` (method); ``M.f = function`` stays in
                ``<module>``; ``---`` LuaDoc and ``-- @`` annotations lead a function
-Haskell        ``data``, ``newtype``, ``type``, ``class``, ``instance`` (named by its
-               class) -> class; a function's equations, with its type signature and
-               Haddock above, are one function (``decode "" = ...; decode s = ...``);
-               in a class or instance body -> ``Class.method``
+Haskell        ``data``, ``newtype``, ``type``, ``class`` -> class; ``instance C T``
+               -> ``T`` (class, as Rust's ``impl C for T``); a function's equations,
+               with its type signature and Haddock above, are one function (``decode
+               "" = ...; decode s = ...``); in a class or instance body -> ``C.method``
 Zig            ``fn f`` -> ``f``; ``const A = struct {...}`` (also ``enum``, ``union``,
                ``opaque``) -> ``A`` (class) with its ``fn`` members as ``A.m``; an error
                set, an import, a ``test`` block stay in ``<module>``
@@ -418,6 +418,9 @@ HASKELL = LanguageSpec(
     containers=_types("data_type", "newtype", "class", "instance", "type_synomym",
                       "type_family", "data_family"),
     transparent=_types("declarations"),
+    # `instance ToJSON Bool` is named by its type, as Rust's `impl Trait for Foo` is: the
+    # class's name stays defined once, by the class
+    name_fields={"instance": "patterns"},
     body_types=_types("class_declarations", "instance_declarations"),
     leading=_types("haddock", "comment", "signature", "pragma"),
     doc_comment=r"--\s*[|^]",

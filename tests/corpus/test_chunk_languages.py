@@ -178,8 +178,8 @@ EXPECTED: dict[str, list[tuple[str, str, int, int]]] = {
         ("Object", C, 18, 18),              # type synonym
         ("ToJSON", C, 20, 21),              # class: its Haddock, its head
         ("ToJSON.toEncoding", ME, 22, 24),  # a default method, with the signatures above it
-        ("ToJSON", C, 26, 26),              # instance ToJSON Bool
-        ("ToJSON.toJSON", ME, 27, 28),      # two equations, one method
+        ("Bool", C, 26, 26),                # instance ToJSON Bool: named by its type
+        ("Bool.toJSON", ME, 27, 28),        # two equations, one method
         ("encode", F, 30, 33),              # Haddock and signature lead the equation
         ("decode", F, 35, 37),              # signature and two equations, one function
     ],
