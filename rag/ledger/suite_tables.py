@@ -208,7 +208,9 @@ def _f(v: Any) -> str:
 
 def _side_by_side(tables: dict[str, Any]) -> list[str]:
     """One table: per repository the primary metric of every configuration, then the
-    reference figures; the macro mean of each column over the suite's repositories."""
+    reference figures; the macro mean of each column over the suite's repositories, and for
+    each reference column that lacks some repository, every column's macro mean over the
+    repositories that column has (a row named by them)."""
     m, configs, ref = tables["metric"], tables["configs"], tables.get("reference") or {}
     members = tables["members"]
     if len(configs) < 2 and not ref:
@@ -226,7 +228,23 @@ def _side_by_side(tables: dict[str, Any]) -> list[str]:
     macro = [_f(c["macro"].get(m)) for c in configs]
     macro += [_f(_mean([ref[col][r] for r in members if r in ref[col]])
                  if all(r in ref[col] for r in members) else None) for col in ref]
-    out += [f"| **macro** | | " + " | ".join(macro) + " |", ""]
+    out.append(f"| **macro** | | " + " | ".join(macro) + " |")
+    # a reference column without some repository has no macro above; beside it, every column's
+    # mean over exactly the repositories it has, so the comparison is over the same ones
+    subsets: dict[tuple[str, ...], list[str]] = {}
+    for col in ref:
+        have = tuple(r for r in members if r in ref[col])
+        if 1 < len(have) < len(members):
+            subsets.setdefault(have, []).append(col)
+    for have, cols in subsets.items():
+        cells = [_f(_mean([c["repos"][r][m] for r in have])
+                    if all(m in c["repos"].get(r, {}) for r in have) else None) for c in configs]
+        cells += [_f(_mean([ref[col][r] for r in have]) if all(r in ref[col] for r in have)
+                     else None) for col in ref]
+        left = [r for r in members if r not in have]
+        out.append(f"| **macro, the {len(have)} with {', '.join(cols)}** (without "
+                   f"{', '.join(left)}) | | " + " | ".join(cells) + " |")
+    out.append("")
     return out
 
 

@@ -380,6 +380,15 @@ def test_reference_figures_sit_beside_the_measured_ones(tmp_path):
     assert "| r2 | go | 0.400 | 0.700 | 1.000 | — |" in lines
     # a mean over part of the repositories would mislead: none
     assert "| **macro** | | 0.300 | 0.600 | 0.625 | — |" in lines
+    # ... but beside it, each column over the repositories that one has: r1 alone is too few
+    assert not any(line.startswith("| **macro, the") for line in lines)
+    rows.append(row("r3", "system=a", 0.9, "3"))
+    ref = {"published_x": {"r1": 0.5, "r2": 0.7, "r3": 0.3}, "published_auto": {"r1": 0.9, "r3": 0.5}}
+    lines = render_suite_tables(suite_tables(rows, reference=ref))
+    assert "| **macro** | | 0.500 | 0.500 | — |" in lines
+    # (0.2 + 0.9) / 2, (0.5 + 0.3) / 2, (0.9 + 0.5) / 2
+    assert ("| **macro, the 2 with published_auto** (without r2) | | 0.550 | 0.400 | 0.700 |"
+            in lines)
     assert reference_figures([SimpleNamespace(tags={"dataset_path": str(tmp_path / "no")})]) == {}
 
 
