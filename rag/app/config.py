@@ -874,7 +874,7 @@ def validate(cfg: DictConfig) -> None:
                          "fitted out-of-fold; a gate fitted here would be scored on its own "
                          "training queries")
     r = cfg.rerank
-    if r.candidates < cfg.search.top_k:
+    if r.enabled and r.candidates < cfg.search.top_k:  # unread when no reranker runs
         raise ValueError(f"rerank.candidates ({r.candidates}) must be >= search.top_k ({cfg.search.top_k})")
     if r.batch_size < 1 or r.max_length < 8:
         raise ValueError(f"need rerank.batch_size >= 1 and rerank.max_length >= 8, got "

@@ -470,6 +470,26 @@ def hit_dicts(hits, source) -> list[dict[str, Any]]:
             for h in hits]
 
 
+def top_k_overrides(overrides: list[str], top_k: int) -> list[str]:
+    """The overrides ``--top-k N`` stands for: ``search.top_k=N``, and the candidate pools
+    that must hold N (``search.candidates``, and ``rerank.candidates`` when a reranker runs)
+    raised to N where the composed config has fewer and ``overrides`` does not set them."""
+    out = [f"search.top_k={top_k}"]
+    pools = [k for k in ("search.candidates", "rerank.candidates")
+             if not _has_override(overrides, k)]
+    if not pools or top_k < 1:
+        return out
+    try:
+        cfg = compose_config([o for o in overrides if not _has_override([o], "search.top_k")])
+    except Exception:  # noqa: BLE001 - a bad override is reported by the load that follows
+        return out
+    if "search.candidates" in pools and top_k > cfg.search.candidates:
+        out.append(f"search.candidates={top_k}")
+    if "rerank.candidates" in pools and cfg.rerank.enabled and top_k > cfg.rerank.candidates:
+        out.append(f"rerank.candidates={top_k}")
+    return out
+
+
 def search_command(args: Namespace, *, now: float | None = None) -> int:
     """Run one query and print the hits as a table or, with ``--json``, in the hit shape.
 
@@ -489,7 +509,7 @@ def search_command(args: Namespace, *, now: float | None = None) -> int:
     if args.mode:
         overrides.append(f"search.mode={args.mode}")
     if args.top_k is not None:
-        overrides.append(f"search.top_k={args.top_k}")
+        overrides += top_k_overrides(overrides, args.top_k)
     path = Path(args.corpus).expanduser().resolve() if args.corpus else None
     if not args.query.strip():
         raise fail("empty query")

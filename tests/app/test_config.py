@@ -146,3 +146,28 @@ def test_the_ranking_defaults_have_one_source(compose):
     assert RankingOptions.from_config(cfg.ranking) == RankingOptions()
     assert RankingOptions.from_config(compose(["ranking=disabled"]).ranking).enabled is False
     validate(compose(["+sweep=ranking", "fusion.weights={dense:0.5}"]))
+
+
+def test_rerank_candidates_is_checked_only_where_a_reranker_runs(compose):
+    top = compose([]).search.candidates + 1
+    over = [f"search.top_k={top}", f"search.candidates={top}"]
+    validate(compose([*over, "rerank=disabled"]))  # rerank.candidates is not read
+    with pytest.raises(ValueError, match=rf"rerank.candidates \(\d+\) must be >= search.top_k \({top}\)"):
+        validate(compose([*over, "rerank=cross_encoder"]))
+
+
+def test_top_k_flag_grows_the_pools_it_needs_and_no_other(compose):
+    from rag.app.search_cli import top_k_overrides
+
+    pool = compose([]).search.candidates
+    assert top_k_overrides([], 5) == ["search.top_k=5"]  # the default pool holds 5
+    assert top_k_overrides([], pool + 1) == [f"search.top_k={pool + 1}",
+                                             f"search.candidates={pool + 1}"]
+    # a pool the user set stays as set (and validation names it if it is too small)
+    assert top_k_overrides(["search.candidates=3"], pool + 1) == [f"search.top_k={pool + 1}"]
+    rr = compose(["rerank=cross_encoder"]).rerank.candidates
+    k = max(pool, rr) + 1
+    assert top_k_overrides(["rerank=cross_encoder"], k) == [
+        f"search.top_k={k}", f"search.candidates={k}", f"rerank.candidates={k}"]
+    # with every override applied, the config validates
+    validate(compose(["rerank=cross_encoder", *top_k_overrides(["rerank=cross_encoder"], k)]))

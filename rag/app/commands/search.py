@@ -18,7 +18,9 @@ def add_parser(sub):
     p.add_argument("-r", "--path", "--corpus", dest="corpus", default=None, metavar="DIR",
                    help="a directory to search (corpus.path; --path as rag index and rag golden "
                         "spell it), or omit for the default corpus")
-    p.add_argument("--top-k", type=int, default=None, help="search.top_k (default 8)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="hits to return (search.top_k, default in conf/search/); the "
+                        "candidate pools grow to hold them")
     p.add_argument("--types", nargs="+", default=None, metavar="T", choices=CATEGORIES,
                    help="only these document categories (applied before scoring)")
     p.add_argument("--json", action="store_true", help="print JSON (the hit shape)")

@@ -231,6 +231,17 @@ def test_odd_but_valid_text_is_searched(client, logs):
     assert not any(SENTINEL in line for line in logs)
 
 
+def test_top_k_beyond_the_default_pool_grows_it_unless_candidates_says_otherwise(client, served):
+    cfg, index = served
+    k = cfg.search.candidates + 5
+    r = client.post("/search", json={"query": "shop", "top_k": k, "mode": "bm25"})
+    assert r.status_code == 200, r.text
+    # as many hits as the corpus can give, never more than asked for
+    assert 0 < len(r.json()["hits"]) <= k
+    r = client.post("/search", json={"query": "shop", "top_k": k, "candidates": k - 1})
+    assert r.status_code == 422 and "candidates must be >= top_k" in r.text
+
+
 def test_corpus_mismatch_does_not_echo_the_corpus(client, logs):
     r = client.post("/search", json={"query": "x", "corpus": SENTINEL})
     assert r.status_code == 404 and SENTINEL not in r.text and "shop" in r.text
