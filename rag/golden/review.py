@@ -900,13 +900,13 @@ class Summary:
 def label_source(pair: Pair, reviewer: str | None = None) -> str:
     """The ``source:`` a label written in review carries: the candidate's own (``mined:git
     <sha>``) for a miner's proposal, ``review:proposal`` for another candidate's own label,
-    ``review:pool`` for a pooled hit; with a ``reviewer`` (``--reviewer``), a review label says
-    who judged it: ``review:pool by <reviewer>`` (a mined label keeps its miner's source)."""
+    ``review:pool`` for a pooled hit; with a ``reviewer`` (``--reviewer``), every label says
+    who judged it: ``review:pool by <reviewer>``, ``mined:git <sha> by <reviewer>`` (the
+    miner's source first, so its kind and commit still read from it)."""
     if pair.hit.get("proposed"):
         src = pair.source or ""
-        if src.startswith("mined:"):
-            return src
-        src = "review:proposal"
+        if not src.startswith("mined:"):
+            src = "review:proposal"
     else:
         src = "review:pool"
     return f"{src} by {reviewer}" if reviewer else src
@@ -1109,9 +1109,9 @@ def add_review_parser(sub) -> argparse.ArgumentParser:
                         "L<start>-<end> of a whole-file hit); every line is checked before "
                         "anything is written")
     p.add_argument("--reviewer", default=None, metavar="NAME",
-                   help="who judges: each label written gets source 'review:pool by NAME' "
-                        "(or 'review:proposal by NAME'), so a set says whose verdicts it "
-                        "holds (default: no name)")
+                   help="who judges: each label written gets ' by NAME' after its source "
+                        "('review:pool by NAME', 'mined:git SHA by NAME'), so a set says whose "
+                        "verdicts it holds (default: no name)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="syntax highlighting: auto (when stdout is a terminal), always, never")
     p.add_argument("--only", choices=ONLY, default="all",

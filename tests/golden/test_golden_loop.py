@@ -73,7 +73,7 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
     (tmp_path / "keys.txt").write_text("d\ny\n")
     assert main(["golden", "review", "--golden", str(golden), "--pool",
                  str(golden / "pool.jsonl"), "--only", "proposed",
-                 "--script", str(tmp_path / "keys.txt")]) == 0
+                 "--script", str(tmp_path / "keys.txt"), "--reviewer", "alice"]) == 0
     out = capsys.readouterr().out
     assert "judged 1 pair(s) (1 relevant, 0 not relevant), skipped 0, edited 0 query " \
            "text(s), discarded 1 candidate(s)" in out
@@ -85,9 +85,9 @@ def test_init_mine_pool_review_check_stats(tmp_path, capsys):
                                   "query": "Report the refund status to the customer"}]
     queries = {q["id"]: q for q in yaml.safe_load((golden / "queries.yaml").read_text())["queries"]}
     moved = queries[by[c["discount"]]["id"]]
-    # the label says how it was made: the miner's proposal, accepted
+    # the label says how it was made: the miner's proposal, accepted by alice
     assert moved["relevant"] == [{"path": "src/shop/cart.py", "symbol": "apply_discount_code",
-                                  "source": f"mined:git {c['discount']}"}]
+                                  "source": f"mined:git {c['discount']} by alice"}]
     assert moved["source"] == f"mined:git {c['discount']}" and "commit" not in moved
 
     assert main(["golden", "check", "--path", str(repo), "--golden", str(golden)]) == 0
