@@ -490,6 +490,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     subtree = subtree.strip("/") if subtree else None
 
     def check_id(qid: Any, where: str) -> bool:
+        if qid is None:
+            problems.append(f"{where}: the query has no 'id'")
+            return False
         if not isinstance(qid, str) or not _ID.match(qid):
             problems.append(f"{where}: id must match {_ID.pattern}, got {qid!r}")
             return False
@@ -500,8 +503,12 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
         return True
 
     def check_query(text: Any, where: str, qid: Any) -> bool:
-        if not isinstance(text, str) or not text.strip():
+        if text is None or (isinstance(text, str) and not text.strip()):
             problems.append(f"{where}: query {qid!r} has an empty query text")
+            return False
+        if not isinstance(text, str):
+            problems.append(f"{where}: query {qid!r}: 'query' must be text, got "
+                            f"{type(text).__name__} {text!r} (quote it in YAML)")
             return False
         return True
 
@@ -528,7 +535,11 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             if not isinstance(raw_unres, list):
                 problems.append(f"{where}: query {qid!r}: unresolved must be a list of labels")
                 raw_unres = []
-            if not isinstance(rel, list) or (not rel and not raw_unres):
+            if rel is not None and not isinstance(rel, list):
+                problems.append(f"{where}: query {qid!r}: 'relevant' must be a list of labels "
+                                f"(- path: ...), got {type(rel).__name__} {rel!r}")
+                rel = []
+            elif not rel and not raw_unres:
                 problems.append(f"{where}: query {qid!r} needs at least one 'relevant' label")
                 rel = []
             if keep_unindexed and paths is not None:  # labels of files the walk did not index

@@ -263,7 +263,7 @@ def _chunk_corpus(*, root: Path, walk_kw: dict[str, Any], extra_docs: list[Docum
     for d in extra_docs:
         walked.by_category[d.category] += 1
     if not docs:
-        skipped = {k: v for k, v in walked.skipped.items() if v}
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(walked.skipped.items()) if v)
         raise EmptyCorpusError(
             f"corpus {root} has no indexable text file (skipped: {skipped or 'nothing found'})")
     t_walk = time.perf_counter()

@@ -275,6 +275,13 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
     # bad id
     ("queries:\n  - {id: 'has space', query: x, relevant: [{path: a.py}]}\n",
      "negatives: []\n", "id must match"),
+    # the wrong type is named as such, not as an empty text or a missing label
+    ("queries:\n  - {query: x, relevant: [{path: a.py}]}\n", "negatives: []\n",
+     "the query has no 'id'"),
+    ("queries:\n  - {id: a, query: 42, relevant: [{path: a.py}]}\n", "negatives: []\n",
+     "'query' must be text, got int 42"),
+    ("queries:\n  - {id: a, query: x, relevant: a.py}\n", "negatives: []\n",
+     "'relevant' must be a list of labels (- path: ...), got str 'a.py'"),
     # tags not a list of strings
     ("queries:\n  - {id: a, query: x, tags: symbol, relevant: [{path: a.py}]}\n",
      "negatives: []\n", "tags must be a list"),
@@ -292,7 +299,8 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
 ], ids=["dup-in-queries", "dup-in-negatives", "dup-across", "empty-query", "empty-negative",
          "no-relevant", "empty-relevant", "unknown-key", "unknown-label-key",
          "unknown-negative-key", "with-and-without-symbol", "grade-0", "grade-float",
-         "grade-bool", "label-no-path", "label-source", "repeated-label", "bad-id", "tags-not-list",
+         "grade-bool", "label-no-path", "label-source", "repeated-label", "bad-id", "no-id",
+         "query-not-text", "relevant-not-list", "tags-not-list",
          "no-queries", "no-negatives-list", "unknown-top-level-key", "duplicate-yaml-key",
          "top-not-mapping", "bad-yaml",
          "negatives-file-missing"])

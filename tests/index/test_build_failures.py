@@ -175,3 +175,15 @@ def test_rag_index_out_of_space_is_one_error_line_and_leaves_no_tmp(fixture_repo
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "published build" in ok.stdout
     assert _leftovers(cache) == []
+
+
+def test_a_folder_of_binary_files_names_what_was_skipped_in_words(tmp_path):
+    from rag.index.build import EmptyCorpusError, build_index
+
+    (tmp_path / "bin").mkdir()
+    for name in ("a.dat", "b.dat", "c.png"):
+        (tmp_path / "bin" / name).write_bytes(b"\x00\x01\x02" * 100)
+    with pytest.raises(EmptyCorpusError) as err:
+        build_index(tmp_path / "bin", embedder=None, cache_dir=tmp_path / "cache", progress=False)
+    assert str(err.value) == (f"corpus {tmp_path / 'bin'} has no indexable text file "
+                              "(skipped: binary 3)")
