@@ -56,10 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def typed_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest (sub)parser of the command as typed (``rag golden review`` -> the
+    ``review`` parser), so a usage error shows that command's usage, not ``rag``'s."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    return args.func(args, rest, parser)
+    return args.func(args, rest, typed_parser(parser, args))
 
 
 if __name__ == "__main__":

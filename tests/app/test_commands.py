@@ -31,3 +31,20 @@ def test_each_subcommand_dispatches_to_its_module():
             continue  # they need an action; their parsers are tested with them
         args, _ = parser.parse_known_args(argv)
         assert args.func is m.run, m.NAME
+
+
+def test_a_usage_error_shows_the_usage_of_the_command_as_typed(capsys):
+    import pytest
+
+    from rag.app.cli import main
+
+    for argv, usage in ((["search", "foo", "--frobnicate"], "usage: rag search "),
+                        (["golden", "review", "--pool", "p", "--golden", "g", "--frobnicate"],
+                         "usage: rag golden review "),
+                        (["index", "--frobnicate"], "usage: rag index ")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(usage), err
+        assert err.rstrip().endswith("unrecognized arguments: --frobnicate")

@@ -3,7 +3,8 @@
 A module here defines ``NAME`` (the subcommand), ``ORDER`` (its place in ``rag --help``),
 ``add_parser(sub)`` — which adds the subparser to ``sub`` (argparse's subparsers action) and
 returns it — and ``run(args, rest, parser) -> int``, the exit status
-(rag/core/exit_codes.py; ``rest``: the arguments argparse did not recognise, which a command
+(rag/core/exit_codes.py; ``parser``: the parser of the command as typed, whose ``error``
+shows that command's usage; ``rest``: the arguments argparse did not recognise, which a command
 that passes them on (``rag run``, ``rag report``) uses and the others refuse with
 :func:`no_rest`). :func:`commands` lists them; rag/app/cli.py registers each, with
 ``set_defaults(func=run)``: no if/elif on names. A module holds the command line only; what

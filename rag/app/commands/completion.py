@@ -22,5 +22,7 @@ def run(args, rest, parser) -> int:
     no_rest(rest, parser)
     import shtab
 
-    print(shtab.complete(parser, shell=args.shell), end="")
+    from rag.app.cli import build_parser  # the whole command line, not this subcommand's
+
+    print(shtab.complete(build_parser(), shell=args.shell), end="")
     return 0
