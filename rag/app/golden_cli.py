@@ -411,8 +411,10 @@ def _config_for(corpus: str | None, path: str | None):
 
         known = sorted(f.stem for f in (project_root() / "conf" / "corpus").glob("*.yaml"))
         if corpus not in known:
-            raise ValueError(f"--corpus {corpus!r}: no conf/corpus/{corpus}.yaml "
-                             f"(known: {', '.join(known)})")
+            hint = (" (a directory is --path DIR)" if "/" in corpus or Path(corpus).is_dir()
+                    else "")
+            raise ValueError(f"--corpus {corpus!r}: not a corpus config name{hint}; known: "
+                             f"{', '.join(known)} (conf/corpus/NAME.yaml)")
         return compose_config([f"corpus={corpus}"])
     cfg = compose_config([])
     if path is not None:
@@ -658,7 +660,9 @@ def check_command(args: argparse.Namespace) -> int:
             "example_queries": examples,
             "problems": [p.as_dict() for p in problems]}, indent=2))
         return 1 if problems else 0
-    print(f"{golden_dir}: {len(golden.positives)} queries, {n_labels} labels checked against "
+    n_not = sum(len(getattr(q, "not_relevant", None) or ()) for q in golden.positives)
+    split = f" ({n_labels - n_not} relevant, {n_not} not_relevant)" if n_not else ""
+    print(f"{golden_dir}: {len(golden.positives)} queries, {n_labels} labels{split} checked against "
           f"corpus {view.name!r} ({len(view.lines)} files, {view.chunks} chunks) in "
           f"{seconds:.1f} s")
     if golden.corpus and str(golden.corpus) != view.name:

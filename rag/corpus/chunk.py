@@ -55,7 +55,11 @@ from rag.corpus.walk import Document
 #    as one symbol), which were windows; everything else as in 6
 # 8: Zig (.zig) by symbol (``fn`` and ``const A = struct/enum/union {...}`` with its
 #    methods), which were windows; everything else as in 7
-CHUNKER_VERSION = "8"
+# 9: Python: a function's ``@overload`` stubs are one chunk with its implementation (they were
+#    a chunk each, ranked above the code under one name); a class chunk's span ends at its
+#    own last line (blank lines that only separate methods are left out: ``class Option``
+#    2858-2949, not 2858-3644); everything else as in 8
+CHUNKER_VERSION = "9"
 
 
 @functools.lru_cache(maxsize=1)
@@ -279,6 +283,41 @@ def _numbered(lines: list[str], line_numbers: Iterable[int]) -> list[tuple[int, 
     return [(i, lines[i - 1]) for i in line_numbers]
 
 
+def _is_overload(node: ast.AST) -> bool:
+    """A ``@overload`` / ``@typing.overload`` / ``@t.overload`` signature stub."""
+    return any((isinstance(d, ast.Name) and d.id == "overload")
+               or (isinstance(d, ast.Attribute) and d.attr == "overload")
+               for d in getattr(node, "decorator_list", ()))
+
+
+def _merge_overloads(body: list[ast.stmt]) -> Iterator[ast.stmt | tuple[str, int, int]]:
+    """``body`` with each function as ``(name, start, end)``, its ``@overload`` stubs merged
+    into it: the stubs and the implementation that follows them under one name are one span
+    (one symbol, one chunk: a stub alone never outranks the code); other statements as
+    they are."""
+    pending: tuple[str, int, int] | None = None  # overload stubs waiting for their function
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            s, e = _span(node)
+            if pending is not None and pending[0] == node.name:
+                s = pending[1]
+                pending = None
+            elif pending is not None:
+                yield pending
+                pending = None
+            if _is_overload(node):
+                pending = (node.name, s, e)
+                continue
+            yield node.name, s, e
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        yield node
+    if pending is not None:
+        yield pending
+
+
 def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
                  max_chunk_chars: int = MAX_CHUNK_CHARS,
                  max_line_chars: int = MAX_LINE_CHARS) -> list[Chunk]:
@@ -310,21 +349,33 @@ def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
         qual = f"{prefix}{node.name}"
         start, end = _span(node)
         inner: set[int] = set()
-        for child in node.body:
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                cs, ce = _span(child)
-                add(f"{qual}.{child.name}", "method", range(cs, ce + 1))
+        for child in _merge_overloads(node.body):
+            if isinstance(child, tuple):
+                name, cs, ce = child
+                add(f"{qual}.{name}", "method", range(cs, ce + 1))
                 inner.update(range(cs, ce + 1))
             elif isinstance(child, ast.ClassDef):
                 cs, ce = _span(child)
                 visit_class(child, f"{qual}.")
                 inner.update(range(cs, ce + 1))
-        add(qual, "class", [i for i in range(start, end + 1) if i not in inner])
+        own = [i for i in range(start, end + 1) if i not in inner]
+        # blank lines that only separate methods are not the class's: its chunk's span ends at
+        # its own last line, not at the blank line before its last method
+        keep, nxt = [], None  # nxt: whether the next non-blank line after i is the class's own
+        for i in reversed(own):
+            if lines[i - 1].strip():
+                keep.append(i)
+                nxt = True
+            elif nxt and (i + 1) not in inner:
+                keep.append(i)
+            else:
+                nxt = False
+        add(qual, "class", keep[::-1])
 
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            s, e = _span(node)
-            add(node.name, "function", range(s, e + 1))
+    for node in _merge_overloads(tree.body):
+        if isinstance(node, tuple):
+            name, s, e = node
+            add(name, "function", range(s, e + 1))
             covered.update(range(s, e + 1))
         elif isinstance(node, ast.ClassDef):
             s, e = _span(node)

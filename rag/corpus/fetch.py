@@ -112,6 +112,9 @@ def _fetch_once(target: Path, what: str, download: Callable[[Path], None]) -> Pa
     if target.is_dir() and (target / ".complete").exists():
         return _single_root(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # the first use of a corpus downloads it: say so before the download and the index build
+    print(f"fetching {what} into {target} (first use of this corpus; reused after)",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         tmp_path = Path(tmp)
         dl = tmp_path / "dl"

@@ -378,14 +378,62 @@ def test_python_stays_on_the_ast_chunker():
     chunks = chunk_document(doc)
     assert _rows(chunks) == [
         ("<module>", M, 1, 21),   # 1 and 21
-        ("A", C, 4, 9),           # 4, 5, 6, 9: blank lines of a class stay in it
+        ("A", C, 4, 5),           # 4, 5: blank lines that only separate methods are not A's
         ("A.m", ME, 7, 8),
         ("A.B", C, 10, 10),
         ("A.B.n", ME, 11, 12),
         ("f", F, 15, 18),
     ]
     assert chunks == chunk_python(doc)
-    assert CHUNKER_VERSION == "8"
+    assert CHUNKER_VERSION == "9"
+
+
+PY_OVERLOADS = """import typing as t
+
+
+class Context:
+    \"\"\"Doc.
+
+    More.
+    \"\"\"
+
+    @t.overload
+    def invoke(self, a: int) -> int: ...
+
+    @t.overload
+    def invoke(self, a: str) -> str: ...
+
+    def invoke(self, a):
+        return a
+
+    def last(self):
+        return 1
+
+
+@overload
+def f(a: int) -> int: ...
+def f(a):
+    return a
+
+
+@overload
+def g(a: int) -> int: ...
+def h():
+    pass
+"""
+
+
+def test_python_overload_stubs_are_one_chunk_with_their_implementation():
+    chunks = chunk_python(_doc("ctx.py", PY_OVERLOADS))
+    assert _rows(chunks) == [
+        ("<module>", M, 1, 1),
+        ("Context", C, 4, 8),        # the docstring's blank line is its own; 9 and 19 are not
+        ("Context.invoke", ME, 10, 17),  # two stubs and the implementation: one chunk
+        ("Context.last", ME, 19, 20),
+        ("f", F, 23, 26),
+        ("g", F, 29, 30),            # stubs with no implementation after them: still a symbol
+        ("h", F, 31, 32),
+    ]
 
 
 def test_language_names():

@@ -279,10 +279,11 @@ def test_python_chunks_symbols_and_line_ranges():
         ("<module>", "module", 1, 43),           # lines 1, 2, 4, 42, 43
         ("top", "function", 7, 8),
         ("decorated", "function", 11, 14),        # starts at the first decorator
-        ("Outer", "class", 17, 28),               # 17-21, 24, 28 (methods removed)
+        ("Outer", "class", 17, 20),               # 17-20 (methods and the blank lines
+                                                  # that only separate them removed)
         ("Outer.meth", "method", 22, 23),
         ("Outer.prop", "method", 25, 27),         # decorator line 25
-        ("Outer.Inner", "class", 29, 31),
+        ("Outer.Inner", "class", 29, 30),
         ("Outer.Inner.meth", "method", 32, 35),   # nested helper stays inside
         ("fetch", "function", 38, 39),            # async def
     ]
@@ -293,8 +294,8 @@ def test_python_chunk_texts():
     assert by_sym["<module>"].text == _lines(1, 2, 4, 42, 43)
     assert by_sym["<module>"].text == ('"""Module docstring."""\nimport os\nCONST = 1\n'
                                        'if __name__ == "__main__":\n    top(1, 2)\n')
-    assert by_sym["Outer"].text == _lines(17, 18, 19, 20, 21, 24, 28)
-    assert by_sym["Outer.Inner"].text == "    class Inner:\n        x = 1\n\n"
+    assert by_sym["Outer"].text == _lines(17, 18, 19, 20)
+    assert by_sym["Outer.Inner"].text == "    class Inner:\n        x = 1\n"
     assert by_sym["decorated"].text == _lines(11, 12, 13, 14)
     assert by_sym["decorated"].text.startswith("@decorator\n@other(arg=1)\ndef decorated")
     assert "def helper" in by_sym["Outer.Inner.meth"].text

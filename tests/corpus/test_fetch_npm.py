@@ -66,9 +66,13 @@ def fake_npm(tmp_path, monkeypatch):
     return lambda: [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_fetch_npm_packs_once_and_serves_the_cache(fake_npm, tmp_path):
+def test_fetch_npm_packs_once_and_serves_the_cache(fake_npm, tmp_path, capsys):
     cache = tmp_path / "cache"
     root = fetch_npm("demo@1.2.3", cache)
+    # the first use says it downloads, and where to
+    target = cache / "corpora" / "npm-demo-1.2.3"
+    assert capsys.readouterr().err == (f"fetching 'demo@1.2.3' into {target} (first use of "
+                                       "this corpus; reused after)\n")
     assert root == cache / "corpora" / "npm-demo-1.2.3" / "package"
     assert (root / "src" / "index.ts").read_text().startswith("export function hello")
     assert json.loads((root / "package.json").read_text())["version"] == "1.2.3"
@@ -77,7 +81,7 @@ def test_fetch_npm_packs_once_and_serves_the_cache(fake_npm, tmp_path):
     assert Path(call[call.index("--pack-destination") + 1]).parent.parent == cache / "corpora"
     # second call: served from the cache, npm is not run again
     assert fetch_npm("demo@1.2.3", cache) == root
-    assert len(fake_npm()) == 1
+    assert len(fake_npm()) == 1 and capsys.readouterr().err == ""
     # nothing half-written left beside it
     assert sorted(p.name for p in (cache / "corpora").iterdir()) == ["npm-demo-1.2.3"]
 

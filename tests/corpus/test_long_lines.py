@@ -264,7 +264,7 @@ def test_python_ordinary_file_unchanged():
            "        return 2\n"
     chunks = chunk_python(_doc("m.py", text))
     assert [(c.id, c.symbol) for c in chunks] == [
-        ("m.py:1-1", "<module>"), ("m.py:4-5", "f"), ("m.py:8-10", "A"), ("m.py:11-12", "A.m")]
+        ("m.py:1-1", "<module>"), ("m.py:4-5", "f"), ("m.py:8-9", "A"), ("m.py:11-12", "A.m")]
 
 
 # --------------------------------------------------------------------------- bound_chunk

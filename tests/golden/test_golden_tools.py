@@ -87,7 +87,11 @@ def test_init_refuses_to_overwrite_without_force(tmp_path, fixture_repo, capsys)
     assert "example-file" in (out / "queries.yaml").read_text()
     assert main(["golden", "init", "--path", str(tmp_path / "nope")]) == 2
     assert main(["golden", "init", "--corpus", "nope"]) == 2
-    assert "no conf/corpus/nope.yaml" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--corpus 'nope': not a corpus config name; known: " in err and "flask" in err
+    # a directory given where a name goes: pointed to --path
+    assert main(["golden", "init", "--corpus", str(fixture_repo)]) == 2
+    assert "not a corpus config name (a directory is --path DIR)" in capsys.readouterr().err
 
 
 def test_bare_corpus_path_run_finds_the_scaffold(tmp_path, project, fixture_repo, compose, capsys):

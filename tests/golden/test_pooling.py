@@ -344,6 +344,15 @@ def test_a_named_reviewer_lands_in_each_label_source(setup, capsys):
         ("src/shop/cart.py", "review:pool by agent:helper-1")]
     assert ("tests/test_cart.py", "review:pool by agent:helper-1") in [
         (lab.doc_key, lab.source) for lab in q.relevant]
+    # rag golden check counts both kinds of label, and says how many of each
+    from rag.app.cli import main
+
+    n_rel = sum(len(x.relevant) for x in g.positives)
+    n_not = sum(len(x.not_relevant) for x in g.positives)
+    assert n_not == 1
+    main(["golden", "check", "--path", str(repo), "--golden", str(golden)])
+    assert (f"{len(g.positives)} queries, {n_rel + 1} labels ({n_rel} relevant, 1 not_relevant) "
+            "checked against") in capsys.readouterr().out
     # a name that would not make a well-formed source is refused before anything is written
     before = (golden / "queries.yaml").read_text()
     rc, out = _review(tmp_path, golden, pool_file, repo, "n\n", extra=("--reviewer", "two words"))

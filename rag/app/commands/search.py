@@ -22,7 +22,9 @@ def add_parser(sub):
                    help="hits to return (search.top_k, default in conf/search/); the "
                         "candidate pools grow to hold them")
     p.add_argument("--types", nargs="+", default=None, metavar="T", choices=CATEGORIES,
-                   help="only these document categories (applied before scoring)")
+                   help="only these document categories, one or more of: "
+                        + ", ".join(CATEGORIES) + " (applied before scoring; the query goes "
+                        "before --types, which takes every word after it)")
     p.add_argument("--json", action="store_true", help="print JSON (the hit shape)")
     p.add_argument("--check-links", action="store_true",
                    help="send bounded HEAD requests to the URLs of the first links.top_n "
