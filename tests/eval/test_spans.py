@@ -71,19 +71,27 @@ def test_fractional_min_overlap_counts_the_labels_lines():
 
 def test_class_and_module_chunks_hold_their_lines_less_nested_chunks(fixture_repo):
     from rag.corpus.chunk import chunk_document
-    from rag.corpus.walk import walk_corpus
+    from rag.corpus.walk import Document, walk_corpus
 
     doc = next(d for d in walk_corpus(fixture_repo) if d.path == "src/shop/cart.py")
     chunks = chunk_document(doc)
     lines = {c.symbol: chunk_line_sets(chunks)[c.id] for c in chunks}
-    assert lines == {"<module>": ((1, 2),), "Cart": ((5, 9), (13, 13)),
+    # Cart: its header, docstring and attribute; the blank lines between methods are not its
+    assert lines == {"<module>": ((1, 2),), "Cart": ((5, 8),),
                      "Cart.add_item": ((10, 12),), "Cart.total_price": ((14, 16),),
                      "apply_discount_code": ((19, 21),)}
+    # a class with an attribute after a method: its chunk's range holds the method's lines
+    text = 'class Cart:\n    """Doc."""\n\n    def add_item(self):\n        pass\n\n    currency = 1\n'
+    chunks = chunk_document(Document(path="cart.py", category="source", text=text,
+                                     size=len(text)))
+    lines = {c.symbol: chunk_line_sets(chunks)[c.id] for c in chunks}
+    # (its range less the nested chunk: the blank line 3 counts as its own here)
+    assert lines == {"Cart": ((1, 3), (6, 7)), "Cart.add_item": ((4, 5),)}
     cart = next(c for c in chunks if c.symbol == "Cart")
-    assert (cart.start_line, cart.end_line) == (5, 13)   # its range holds add_item's lines
+    assert (cart.start_line, cart.end_line) == (1, 7)   # its range holds add_item's lines
     units = CorpusUnits.from_chunks(chunks)
-    add_item = _span("src/shop/cart.py", 10, 12)
-    hit = _hit("src/shop/cart.py", 5, 13, 1.0, "Cart")
+    add_item = _span("cart.py", 4, 5)
+    hit = _hit("cart.py", 1, 7, 1.0, "Cart")
     # with the index's line structure the class chunk does not hit its method's lines ...
     assert not hits_label(hit, add_item, units=units)
     # ... by its bare range it would
