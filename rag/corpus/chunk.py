@@ -58,7 +58,8 @@ from rag.corpus.walk import Document
 # 9: Python: a function's ``@overload`` stubs are one chunk with its implementation (they were
 #    a chunk each, ranked above the code under one name); a class chunk's span ends at its
 #    own last line (blank lines that only separate methods are left out: ``class Option``
-#    2858-2949, not 2858-3644); everything else as in 8
+#    2858-2949, not 2858-3644); Markdown/reST: a preamble of link targets only (``(options)=``)
+#    opens the first section instead of being a chunk of its own; everything else as in 8
 CHUNKER_VERSION = "9"
 
 
@@ -461,6 +462,9 @@ def chunk_code(doc: Document, *, window_lines: int = 60, overlap: int = 10,
 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+#: a line that holds no text of its own: blank, a MyST target ``(name)=``, a reST target
+#: ``.. _name:``, a one-line HTML comment
+_LABEL_ONLY = re.compile(r"^\s*(\(.+\)=|\.\. _[^:]+:|<!--.*-->)?\s*$")
 _RST_ADORNMENT = re.compile(r"^([=\-~^\"'`*+#:.<>_])\1{2,}\s*$")
 
 
@@ -506,7 +510,8 @@ def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
     """Chunk Markdown (ATX ``#`` headings) or reST (underlined titles) by section.
 
     The symbol is the section title; text before the first heading becomes a chunk whose
-    symbol is None. A file with no heading falls back to line windows. Each section is
+    symbol is None, unless it holds only link targets (MyST ``(name)=``, reST ``.. _name:``),
+    comments and blank lines: then it opens the first section. A file with no heading falls back to line windows. Each section is
     bounded by :func:`bound_chunk` (a giant paragraph gives several chunks of its section).
     """
     _check_bounds(max_chunk_chars, max_line_chars)
@@ -517,6 +522,10 @@ def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
         return chunk_windows(doc, window_lines=window_lines, overlap=overlap,
                              max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
     bounds: list[tuple[int, int, str | None]] = []
+    if starts[0][0] > 0 and all(_LABEL_ONLY.match(line) for line in lines[:starts[0][0]]):
+        # a preamble of link targets only ("(options)=", ".. _options:") names the first
+        # section: it is part of it, not a chunk that holds no text
+        starts[0] = (0, starts[0][1])
     if starts[0][0] > 0:
         bounds.append((0, starts[0][0], None))
     for n, (s, title) in enumerate(starts):

@@ -354,6 +354,21 @@ def test_markdown_sections():
     assert all(c.category == "documentation" for c in chunks)
 
 
+def test_a_preamble_of_link_targets_opens_the_first_section():
+    # MyST's "(options)=" and reST's ".. _opts:" name the section below them: no chunk of their own
+    md = "(options)=\n<!-- generated -->\n\n# Options\n\nText.\n\n## More\nx\n"
+    chunks = chunk_sections(_doc("docs/options.md", md, "documentation"), rst=False)
+    assert [(c.symbol, c.start_line, c.end_line) for c in chunks] == [("Options", 1, 7),
+                                                                       ("More", 8, 9)]
+    assert chunks[0].text.startswith("(options)=\n")
+    rst = ".. _opts:\n\nOptions\n=======\n\nText.\n"
+    chunks = chunk_sections(_doc("docs/options.rst", rst, "documentation"), rst=True)
+    assert [(c.symbol, c.start_line, c.end_line) for c in chunks] == [("Options", 1, 6)]
+    # a preamble with words of its own stays a chunk
+    chunks = chunk_sections(_doc("a.md", "(x)=\nIntro words.\n# T\ny\n"), rst=False)
+    assert [(c.symbol, c.start_line, c.end_line) for c in chunks] == [(None, 1, 2), ("T", 3, 4)]
+
+
 def test_markdown_fence_closes_only_with_same_character():
     text = "# Real\n~~~\n```\n# inside the tilde fence\n~~~\nafter\n"
     chunks = chunk_sections(_doc("a.md", text), rst=False)
