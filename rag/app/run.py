@@ -878,35 +878,8 @@ def main(cfg: DictConfig) -> float:
             raise  # the multirun directory cannot be written: Hydra fails the job
         from rag.core.exit_codes import ExitCode
 
-        _drop_empty_run_dir()
         sys.exit(ExitCode.ERROR)
     return metrics.get("mrr", 0.0)
-
-
-def _drop_empty_run_dir() -> None:
-    """After a single run that failed: remove its Hydra output folder when it holds only what
-    Hydra wrote before the run started (``.hydra/`` and empty ``*.log`` files), and the date
-    folder above it when that is left empty, so a refused run leaves nothing behind. A folder
-    holding anything else is kept."""
-    import shutil
-
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        run_dir = Path(str(HydraConfig.get().runtime.output_dir))
-        entries = list(run_dir.iterdir())
-    except (ValueError, ImportError, OSError):
-        return
-    for e in entries:
-        if e.name == ".hydra" and e.is_dir():
-            continue
-        if not (e.suffix == ".log" and e.is_file() and e.stat().st_size == 0):
-            return
-    shutil.rmtree(run_dir, ignore_errors=True)
-    try:
-        run_dir.parent.rmdir()  # outputs/<date>/, when this run was its only one
-    except OSError:
-        pass
 
 
 def _note_outcome(outcome: str, message: str) -> bool:

@@ -293,9 +293,10 @@ def _is_overload(node: ast.AST) -> bool:
 
 def _merge_overloads(body: list[ast.stmt]) -> Iterator[ast.stmt | tuple[str, int, int]]:
     """``body`` with each function as ``(name, start, end)``, its ``@overload`` stubs merged
-    into it: the stubs and the implementation that follows them under one name are one span
-    (one symbol, one chunk: a stub alone never outranks the code); other statements as
-    they are."""
+    into it: stubs and the implementation that directly follows them under one name are one
+    span (one symbol, one chunk, so a stub does not outrank the code); stubs with another
+    statement between them and the implementation stay a span of their own; other
+    statements as they are."""
     pending: tuple[str, int, int] | None = None  # overload stubs waiting for their function
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -325,9 +326,10 @@ def chunk_python(doc: Document, *, window_lines: int = 60, overlap: int = 10,
     """Chunk a Python file by symbol.
 
     One chunk per top-level function, per class (its header, docstring and attributes, i.e.
-    the class minus its methods and nested classes), per method (``Class.method``, nested
-    classes give ``Outer.Inner.method``), and one ``<module>`` chunk with the remaining
-    top-level lines. Functions nested in functions stay inside their parent. A file that does
+    the class minus its methods, its nested classes and the blank lines that only separate
+    them), per method (``Class.method``, nested classes give ``Outer.Inner.method``), and one
+    ``<module>`` chunk with the remaining top-level lines. A function's ``@overload`` stubs
+    directly above it are one chunk with it (:func:`_merge_overloads`). Functions nested in functions stay inside their parent. A file that does
     not parse falls back to line windows. Each chunk is bounded by :func:`bound_chunk`, so a
     long symbol or line can give several chunks with the same symbol.
     """
@@ -462,9 +464,10 @@ def chunk_code(doc: Document, *, window_lines: int = 60, overlap: int = 10,
 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-#: a line that holds no text of its own: blank, a MyST target ``(name)=``, a reST target
-#: ``.. _name:``, a one-line HTML comment
-_LABEL_ONLY = re.compile(r"^\s*(\(.+\)=|\.\. _[^:]+:|<!--.*-->)?\s*$")
+#: a link target: MyST ``(name)=``, reST ``.. _name:``
+_LINK_TARGET = re.compile(r"^\s*(\([^\s()]+\)=|\.\. _[^:\s][^:]*:)\s*$")
+#: a line beside link targets that holds no text: blank or a one-line HTML comment
+_NO_TEXT = re.compile(r"^\s*(<!--.*-->)?\s*$")
 _RST_ADORNMENT = re.compile(r"^([=\-~^\"'`*+#:.<>_])\1{2,}\s*$")
 
 
@@ -510,8 +513,8 @@ def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
     """Chunk Markdown (ATX ``#`` headings) or reST (underlined titles) by section.
 
     The symbol is the section title; text before the first heading becomes a chunk whose
-    symbol is None, unless it holds only link targets (MyST ``(name)=``, reST ``.. _name:``),
-    comments and blank lines: then it opens the first section. A file with no heading falls back to line windows. Each section is
+    symbol is None, unless it is link targets (MyST ``(name)=``, reST ``.. _name:``) with
+    only blank lines or one-line HTML comments beside them: then it opens the first section. A file with no heading falls back to line windows. Each section is
     bounded by :func:`bound_chunk` (a giant paragraph gives several chunks of its section).
     """
     _check_bounds(max_chunk_chars, max_line_chars)
@@ -522,9 +525,11 @@ def chunk_sections(doc: Document, *, rst: bool, window_lines: int = 60,
         return chunk_windows(doc, window_lines=window_lines, overlap=overlap,
                              max_chunk_chars=max_chunk_chars, max_line_chars=max_line_chars)
     bounds: list[tuple[int, int, str | None]] = []
-    if starts[0][0] > 0 and all(_LABEL_ONLY.match(line) for line in lines[:starts[0][0]]):
-        # a preamble of link targets only ("(options)=", ".. _options:") names the first
-        # section: it is part of it, not a chunk that holds no text
+    head = lines[:starts[0][0]]
+    if any(_LINK_TARGET.match(ln) for ln in head) and all(
+            _LINK_TARGET.match(ln) or _NO_TEXT.match(ln) for ln in head):
+        # a preamble of link targets ("(options)=", ".. _options:") names the first section:
+        # it opens it instead of being a chunk that holds no text
         starts[0] = (0, starts[0][1])
     if starts[0][0] > 0:
         bounds.append((0, starts[0][0], None))

@@ -33,6 +33,13 @@ _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 # a query's ``source``: hand, mined:git <sha>, mined:docstring <path>#<symbol>, mined:github <url>, ...
 _SOURCE = re.compile(r"^(hand|mined:[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
 # a label's ``source``: how that one judgement was made (rag golden review writes it)
+def _shown(value: Any) -> str:
+    """``repr`` of a YAML value as the file wrote it (without the loader's ``__line__``)."""
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k != "__line__"}
+    return repr(value)
+
+
 _LABEL_SOURCE = re.compile(r"^(hand|(mined|review):[A-Za-z0-9_.\-]+(?: [^\s].*)?)$")
 _LABEL_KEYS = {"path", "symbol", "lines", "digest", "grade", "source", "__line__"}
 _DIGEST = re.compile(r"^[0-9a-f]{12}$")
@@ -490,9 +497,6 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
     subtree = subtree.strip("/") if subtree else None
 
     def check_id(qid: Any, where: str) -> bool:
-        if qid is None:
-            problems.append(f"{where}: the query has no 'id'")
-            return False
         if not isinstance(qid, str) or not _ID.match(qid):
             problems.append(f"{where}: id must match {_ID.pattern}, got {qid!r}")
             return False
@@ -508,7 +512,7 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             return False
         if not isinstance(text, str):
             problems.append(f"{where}: query {qid!r}: 'query' must be text, got "
-                            f"{type(text).__name__} {text!r} (quote it in YAML)")
+                            f"{type(text).__name__} {_shown(text)} (quote it in YAML)")
             return False
         return True
 
@@ -527,7 +531,13 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
             if extra:
                 problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             qid = item.get("id")
-            ok = check_id(qid, where) & check_query(item.get("query"), where, qid)
+            missing = [k for k in ("id", "query") if k not in item]
+            if missing:
+                problems.append(f"{where}: the query has no {' and no '.join(map(repr, missing))}"
+                                + (f" (id {qid!r})" if "id" in item else ""))
+                ok = False
+            else:
+                ok = check_id(qid, where) & check_query(item.get("query"), where, qid)
             kw = dict(qid=qid, qpath=qpath, problems=problems, paths=paths, symbols=symbols,
                       units=units)
             rel = item.get("relevant")
@@ -537,11 +547,12 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 raw_unres = []
             if rel is not None and not isinstance(rel, list):
                 problems.append(f"{where}: query {qid!r}: 'relevant' must be a list of labels "
-                                f"(- path: ...), got {type(rel).__name__} {rel!r}")
+                                f"(- path: ...), got {type(rel).__name__} {_shown(rel)}")
                 rel = []
             elif not rel and not raw_unres:
                 problems.append(f"{where}: query {qid!r} needs at least one 'relevant' label")
                 rel = []
+            rel = rel or []  # none but unresolved ones
             if keep_unindexed and paths is not None:  # labels of files the walk did not index
                 kept = [r for r in rel if not (isinstance(r, dict) and isinstance(
                     r.get("path"), str) and r["path"] not in paths)]

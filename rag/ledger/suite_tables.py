@@ -28,7 +28,9 @@ numbers in [0, 1] taken as a figure of the primary metric (semble's: ``published
 ``semble070_*_local``, see ``../shared/data/semble/README.md``); :func:`reference_figures`.
 
 A mean over part of the repositories would mislead: ``macro`` / ``micro`` of a configuration
-that lacks some repository are None and ``repos_with_rows`` says ``k/n``.
+that lacks some repository are None and ``repos_with_rows`` says ``k/n``. For a reference
+column that lacks some repository, the side-by-side table adds a row of every column's mean
+over exactly the repositories that column has, named by them.
 """
 
 from __future__ import annotations

@@ -364,9 +364,13 @@ def test_a_preamble_of_link_targets_opens_the_first_section():
     rst = ".. _opts:\n\nOptions\n=======\n\nText.\n"
     chunks = chunk_sections(_doc("docs/options.rst", rst, "documentation"), rst=True)
     assert [(c.symbol, c.start_line, c.end_line) for c in chunks] == [("Options", 1, 6)]
-    # a preamble with words of its own stays a chunk
-    chunks = chunk_sections(_doc("a.md", "(x)=\nIntro words.\n# T\ny\n"), rst=False)
-    assert [(c.symbol, c.start_line, c.end_line) for c in chunks] == [(None, 1, 2), ("T", 3, 4)]
+    # a preamble with words of its own stays a chunk; so does one of blank lines only (as
+    # before) and a parenthesis that is prose, not a target
+    for text, want in (("(x)=\nIntro words.\n# T\ny\n", [(None, 1), ("T", 3)]),
+                       ("\n\n# T\ny\n", [("T", 3)]),  # blank lines make no chunk at all
+                       ("(see the notes below)=\n# T\ny\n", [(None, 1), ("T", 2)])):
+        chunks = chunk_sections(_doc("a.md", text), rst=False)
+        assert [(c.symbol, c.start_line) for c in chunks] == want, text
 
 
 def test_markdown_fence_closes_only_with_same_character():

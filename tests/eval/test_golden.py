@@ -282,6 +282,11 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
      "'query' must be text, got int 42"),
     ("queries:\n  - {id: a, query: x, relevant: a.py}\n", "negatives: []\n",
      "'relevant' must be a list of labels (- path: ...), got str 'a.py'"),
+    ("queries:\n  - {id: a, relevant: [{path: a.py}]}\n", "negatives: []\n",
+     "the query has no 'query' (id 'a')"),
+    # a mapping is shown as written (the loader's own line key left out)
+    ("queries:\n  - {id: a, query: {k: v}, relevant: [{path: a.py}]}\n", "negatives: []\n",
+     "'query' must be text, got dict {'k': 'v'} (quote it in YAML)"),
     # tags not a list of strings
     ("queries:\n  - {id: a, query: x, tags: symbol, relevant: [{path: a.py}]}\n",
      "negatives: []\n", "tags must be a list"),
@@ -300,7 +305,7 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
          "no-relevant", "empty-relevant", "unknown-key", "unknown-label-key",
          "unknown-negative-key", "with-and-without-symbol", "grade-0", "grade-float",
          "grade-bool", "label-no-path", "label-source", "repeated-label", "bad-id", "no-id",
-         "query-not-text", "relevant-not-list", "tags-not-list",
+         "query-not-text", "relevant-not-list", "no-query", "query-a-mapping", "tags-not-list",
          "no-queries", "no-negatives-list", "unknown-top-level-key", "duplicate-yaml-key",
          "top-not-mapping", "bad-yaml",
          "negatives-file-missing"])
@@ -390,3 +395,13 @@ def test_judgement_digest_is_what_is_asked_and_judged_not_where_or_by_whom():
         assert judgement_digest(other) != judgement_digest(q)
     neg = NegativeQuery(id="n1", query="where is f")
     assert judgement_digest(neg) == hashlib.sha256(b"where is f\0negative\0").hexdigest()[:16]
+
+
+def test_a_query_whose_labels_are_all_unresolved_loads_without_a_relevant_key(tmp_path: Path):
+    # as with "relevant: []": its labels name files the corpus does not hold (kept for the
+    # ideal), so it has no relevant label to match and is no error
+    for rel in ("", "    relevant: []\n", "    relevant:\n"):
+        d = _golden(tmp_path, "queries:\n  - id: a\n    query: x\n" + rel
+                    + "    unresolved:\n      - path: gone.py\n", "negatives: []\n")
+        q = load_golden(d).positives[0]
+        assert q.relevant == () and [lab.path for lab in q.unresolved] == ["gone.py"]

@@ -692,8 +692,11 @@ def create_app(cfg, index, manifest: dict | None = None, *,
             if opts.min_dense > opts.weak_dense:
                 raise HTTPException(status_code=422, detail="min_dense must be <= weak_dense")
             if req.candidates is None and opts.candidates < opts.top_k:
-                # top_k alone: the pool grows to hold it, as rag search --top-k does
+                # a request's top_k beyond the served pool grows it to hold that many
                 opts = SearchOptions(**{**opts.__dict__, "candidates": opts.top_k})
+            if reranker is not None and opts.rerank_candidates < opts.top_k:
+                # and the reranker re-scores every hit returned, as rag search --top-k does
+                opts = SearchOptions(**{**opts.__dict__, "rerank_candidates": opts.top_k})
             if opts.candidates < opts.top_k:
                 raise HTTPException(status_code=422, detail="candidates must be >= top_k")
             entry.update(top_k=opts.top_k, mode=opts.mode, types=list(opts.types),

@@ -231,14 +231,19 @@ def test_odd_but_valid_text_is_searched(client, logs):
     assert not any(SENTINEL in line for line in logs)
 
 
-def test_top_k_beyond_the_default_pool_grows_it_unless_candidates_says_otherwise(client, served):
+def test_top_k_beyond_the_served_pool_grows_it_unless_candidates_says_otherwise(served):
+    from omegaconf import OmegaConf
+
     cfg, index = served
-    k = cfg.search.candidates + 5
-    r = client.post("/search", json={"query": "shop", "top_k": k, "mode": "bm25"})
+    small = OmegaConf.merge(cfg, {"search": {"candidates": 3}})
+    client = make_client((small, index))
+    # dense scores every chunk: with the bands at 0 nothing is dropped, so the hits are the pool
+    body = {"query": "shop", "mode": "dense", "min_dense": 0.0, "weak_dense": 0.0}
+    assert len(index.chunks) > 8
+    r = client.post("/search", json={**body, "top_k": 8})
     assert r.status_code == 200, r.text
-    # as many hits as the corpus can give, never more than asked for
-    assert 0 < len(r.json()["hits"]) <= k
-    r = client.post("/search", json={"query": "shop", "top_k": k, "candidates": k - 1})
+    assert len(r.json()["hits"]) == 8  # not the served pool's 3
+    r = client.post("/search", json={**body, "top_k": 8, "candidates": 7})
     assert r.status_code == 422 and "candidates must be >= top_k" in r.text
 
 
