@@ -122,7 +122,40 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     for key, value in prepared.corpus_settings.items():
         cfg.corpus[key] = value
     root = prepared.corpus_root or corpus_root(cfg)
+    extra = dataset_search_overrides(cfg)
+    if prepared.corpus_root is not None and extra:
+        print(f"  to rank it as this row does: rag search QUERY -r {prepared.corpus_root} "
+              + " ".join(extra), file=sys.stderr)
     return root, prepared.golden_dir, prepared.tags
+
+
+def dataset_search_overrides(cfg: DictConfig) -> list[str]:
+    """``KEY=VALUE`` for every key the dataset's config group (conf/dataset/<format>.yaml)
+    sets beyond ``dataset.*``, with this run's value: what ``rag search -r`` on the dataset's
+    corpus needs to rank as the row did (semble: ``corpus.content=code
+    ranking.file_saturation=0.5``). Empty when the group sets nothing else (a group file
+    without ``# @package _global_`` sets ``dataset.*`` only) or has no file."""
+    fmt = OmegaConf.select(cfg, "dataset.format")
+    fmt = getattr(fmt, "value", fmt)  # the schema's enum
+    path = project_root() / "conf" / "dataset" / f"{fmt}.yaml"
+    if not fmt or not path.is_file():
+        return []
+    if "# @package _global_" not in path.read_text(encoding="utf-8"):
+        return []  # a group file in its own package sets dataset.* only
+    group = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+    def keys(node: Any, prefix: str) -> list[str]:
+        if not isinstance(node, dict):
+            return [prefix]
+        return [k for name, v in node.items() if not str(name).startswith("defaults")
+                for k in keys(v, f"{prefix}.{name}" if prefix else str(name))]
+
+    out = []
+    for key in keys({k: v for k, v in group.items() if k not in ("dataset", "defaults")}, ""):
+        value = OmegaConf.select(cfg, key)
+        value = getattr(value, "value", value)
+        out.append(f"{key}={json.dumps(value) if isinstance(value, str) and not value.isidentifier() else value}")
+    return out
 
 
 def per_query_csv(rows: list[dict[str, Any]]) -> str:

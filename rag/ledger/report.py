@@ -164,12 +164,15 @@ def render_gates(rows: list[LedgerRow], base: LedgerRow | None) -> list[str]:
 
 
 def render_table(rows: list[LedgerRow]) -> list[str]:
-    """Markdown table, one line per row in the given order."""
-    head = ["run", "started (UTC)", *[c[0] for c in COLUMNS]]
+    """Markdown table, one line per row in the given order; with a ``corpus`` column when the
+    rows are of more than one corpus (an experiment such as ``rag-semble`` holds several)."""
+    corpora = len({r.tags.get("corpus") for r in rows}) > 1
+    head = ["run", "started (UTC)", *(["corpus"] if corpora else []), *[c[0] for c in COLUMNS]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         started = dt.datetime.fromtimestamp(r.start_time_ms / 1000, tz=dt.timezone.utc)
         cells = [f"`{r.run_id[:8]}` {cell(r.run_name)}".strip(), started.strftime("%Y-%m-%d %H:%M"),
+                 *([cell(r.tags.get("corpus") or "—")] if corpora else []),
                  *[_cell(r, kind, key) for _, kind, key in COLUMNS]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

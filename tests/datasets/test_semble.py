@@ -400,3 +400,16 @@ def test_an_unknown_repository_is_refused_when_the_config_is_validated(tmp_path,
     with pytest.raises(ValueError, match=r"repos.json: no repository named 'chii' "
                                          r"\(dataset.repo\); known: chi"):
         validate_dataset(compose(["dataset=semble", f"dataset.path={src}", "dataset.repo=chii"]))
+
+
+def test_the_hint_to_search_a_dataset_corpus_names_what_its_group_sets(compose):
+    from rag.app.run import dataset_search_overrides
+
+    # conf/dataset/semble.yaml sets these beyond dataset.*; the run's own values are named
+    assert dataset_search_overrides(compose(["dataset=semble"])) == [
+        "corpus.content=code", "ranking.file_saturation=0.5"]
+    assert dataset_search_overrides(compose(["dataset=semble", "ranking.file_saturation=1.0"])) \
+        == ["corpus.content=code", "ranking.file_saturation=1.0"]
+    # a group in its own package sets dataset.* only; no dataset: nothing
+    assert dataset_search_overrides(compose(["dataset=beir"])) == []
+    assert dataset_search_overrides(compose([])) == []

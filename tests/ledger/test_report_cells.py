@@ -51,3 +51,20 @@ def test_a_hand_logged_run_without_rags_params_renders_as_dashes():
     assert len({_columns(ln) for ln in lines}) == 1
     assert "`cccccccc` by hand \\| test" in lines[2]
     assert lines[2].count("—") >= 6
+
+
+def test_single_runs_of_several_corpora_name_their_corpus():
+    def row(run, corpus, mrr):
+        return LedgerRow(run_id=run * 32, experiment="rag-semble", run_name="", start_time_ms=1,
+                         params={"search.mode": "hybrid"}, metrics={"mrr": mrr},
+                         tags={"corpus": corpus})
+
+    text = render_ledger([row("d", "semble-express", 0.9), row("e", "semble-sinatra", 0.8)],
+                         source="s")
+    lines = _table_rows(text.split("## Single runs")[1])
+    assert lines[0].startswith("| run | started (UTC) | corpus | mode |")
+    assert "| semble-express | hybrid |" in lines[2] and "| semble-sinatra | hybrid |" in lines[3]
+    assert len({_columns(ln) for ln in lines}) == 1
+    # one corpus: no column that says the same thing on every line
+    text = render_ledger([row("d", "semble-express", 0.9)], source="s")
+    assert "| corpus |" not in text.split("## Single runs")[1]
