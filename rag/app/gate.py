@@ -902,7 +902,9 @@ def render_markdown(result: GateResult) -> str:
     lines = [f"## rag gate: {head}", "",
              f"- baseline: {r.baseline.label} (corpus {r.baseline.corpus or '?'}, golden set "
              f"{(r.baseline.golden_fingerprint or '?')[:12]})",
-             f"- candidate: {r.candidate.label} (corpus {r.candidate.corpus or '?'})",
+             f"- candidate: {r.candidate.label} (corpus {r.candidate.corpus or '?'})"
+             + (" — **the same row as the baseline**: this gate compares nothing"
+                if r.candidate.kind == "row" and r.candidate.ref == r.baseline.ref else ""),
              f"- test: {r.test}", ""]
     if r.regressions:
         lines.append("Regressions: " + ", ".join(
@@ -911,7 +913,9 @@ def render_markdown(result: GateResult) -> str:
         lines.append("Improvements: " + ", ".join(
             f"`{c.metric}` {c.delta:+.4f}" for c in r.improvements))
     if r.guard_failed:
-        lines.append(f"Severe drops: {len(r.severe_drops)} queries lost their reciprocal rank "
+        n = len(r.severe_drops)
+        lines.append(f"Severe drops: {n} {'query' if n == 1 else 'queries'} lost "
+                     f"{'its' if n == 1 else 'their'} reciprocal rank "
                      f"by >= {r.options.severe_drop:g} (at most {r.options.max_severe_drops} "
                      "allowed): " + ", ".join(
                          f"`{d['query_id']}` {d['rr_baseline']:.3f} -> {d['rr_candidate']:.3f}"

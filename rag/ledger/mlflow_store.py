@@ -849,11 +849,15 @@ class Ledger:
         return {r.data.tags.get("sweep_id", ""): r.info.status for r in runs}
 
     def resolve_run_id(self, ref: str) -> str:
-        """A full run id from a full id or a unique prefix (as shown in reports).
+        """A full run id from a full id or a unique prefix (as shown in reports; any case).
 
         Raises:
-            LookupError: no row, or several rows, match ``ref``.
+            LookupError: an empty ``ref``; no row, or several rows, match it (a sweep's
+                parent run is named as one, with its rows' ids).
         """
+        ref = ref.strip().lower()
+        if not ref:
+            raise LookupError("empty run id: give a ledger row's id or a unique prefix of it")
         if len(ref) == 32 and all(c in "0123456789abcdef" for c in ref):
             # a whole id (what sweeps and pages pass): one lookup, not a scan of every row
             with contextlib.suppress(Exception):
@@ -875,6 +879,15 @@ class Ledger:
                     left[0].info.status, "its process was interrupted")
                 raise LookupError(f"ledger row {left[0].info.run_id[:8]} never finished (status "
                                   f"{left[0].info.status}: {why}); it has no results")
+            parents = [r for e in exps for r in self.search_all(
+                [e], "tags.`rag.sweep_parent` = '1'") if r.info.run_id.startswith(ref)]
+            if len(parents) == 1:
+                sweep = parents[0].data.tags.get("sweep_id", "")
+                rows = [r.info.run_id[:8] for r in self.rows(exps)
+                        if sweep and r.data.tags.get("sweep_id") == sweep]
+                raise LookupError(
+                    f"{ref!r} is the parent run of sweep {sweep!r}, not a ledger row; its rows: "
+                    + (", ".join(rows) if rows else "none finished"))
         raise LookupError(f"no ledger row matches run id {ref!r} in {self.uri} (another ledger: "
                           "--tracking-uri URI or $MLFLOW_TRACKING_URI)" if not ids
                           else f"run id prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}")

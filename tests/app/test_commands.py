@@ -48,3 +48,15 @@ def test_a_usage_error_shows_the_usage_of_the_command_as_typed(capsys):
         err = capsys.readouterr().err
         assert err.startswith(usage), err
         assert err.rstrip().endswith("unrecognized arguments: --frobnicate")
+
+
+def test_rag_diff_refuses_a_negative_top_before_reading_the_ledger(capsys, tmp_path):
+    import pytest
+
+    from rag.app.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["diff", "a", "b", "--top", "-1", "--tracking-uri", f"sqlite:///{tmp_path}/x.db"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith("argument --top: must be >= 0, got -1")
+    assert not (tmp_path / "x.db").exists()

@@ -453,6 +453,13 @@ def test_exit_0_on_the_same_values_1_on_a_significant_drop(store, capsys, tmp_pa
     assert md.startswith("## rag gate: PASS\n")
     assert f"- baseline: row {ids['base'][:8]} (corpus shop, golden set g1)" in md
     assert md.count("| within margin |") == 4
+    assert "the same row as the baseline" not in md
+    # a row against itself passes, and says that it compared nothing
+    code, out, err, root, md = gate([ids["base"], ids["base"][:8], "--tracking-uri", uri],
+                                    capsys, tmp_path)
+    assert code == EXIT_PASS
+    assert (f"- candidate: row {ids['base'][:8]} (corpus shop) — **the same row as the "
+            "baseline**: this gate compares nothing") in md
 
     code, out, err, root, md = gate([ids["base"][:8], ids["drop"], "--tracking-uri", uri],
                                     capsys, tmp_path)

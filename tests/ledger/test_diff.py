@@ -224,10 +224,19 @@ def test_a_whole_run_id_resolves_by_one_lookup_as_a_prefix_would(tmp_path):
         client.set_terminated(rid, "FINISHED")
     client.delete_run(deleted)
     client.set_tag(parent, "rag.sweep_parent", "1")
+    client.set_tag(parent, "sweep_id", "routing-1")
+    client.set_tag(done, "sweep_id", "routing-1")
     ledger = Ledger(uri)
     assert ledger.resolve_run_id(done) == done == ledger.resolve_run_id(done[:10])
+    # an id as a person types it: any case, stray spaces
+    assert ledger.resolve_run_id(f" {done[:10].upper()} ") == done
     with pytest.raises(LookupError, match="never finished"):
         ledger.resolve_run_id(running)
-    for rid in (deleted, parent):
-        with pytest.raises(LookupError, match="no ledger row matches"):
-            ledger.resolve_run_id(rid)
+    with pytest.raises(LookupError, match="no ledger row matches"):
+        ledger.resolve_run_id(deleted)
+    # a sweep's parent is named as one, with its rows
+    with pytest.raises(LookupError, match=rf"'{parent[:8]}' is the parent run of sweep "
+                                          rf"'routing-1', not a ledger row; its rows: {done[:8]}"):
+        ledger.resolve_run_id(parent[:8])
+    with pytest.raises(LookupError, match="empty run id"):
+        ledger.resolve_run_id("  ")

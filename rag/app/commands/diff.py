@@ -53,6 +53,8 @@ def run(args, rest, parser) -> int:
     missing or not a database, a row has no per_query.csv, or the rows are from different
     corpora or share no positive query."""
     no_rest(rest, parser)
+    if args.top < 0:
+        parser.error(f"argument --top: must be >= 0, got {args.top}")
     import json
 
     from rag.app.config import default_tracking_uri

@@ -185,8 +185,9 @@ class SearchRequest(BaseModel):
     # the config's vocabulary (rag/app/config.py SearchMode), not a second list
     mode: Optional[Literal[tuple(m.value for m in SearchMode)]] = None  # type: ignore[valid-type]
     prose_mode: Optional[Literal["dense", "hybrid"]] = None
-    top_k: Optional[int] = Field(default=None, ge=1, le=200)
-    candidates: Optional[int] = Field(default=None, ge=1, le=2000)
+    # strict: JSON true is not 1 and 2.0 is not 2 (a wrong type is a 422, as documented)
+    top_k: Optional[int] = Field(default=None, ge=1, le=200, strict=True)
+    candidates: Optional[int] = Field(default=None, ge=1, le=2000, strict=True)
     rerank: Optional[bool] = None
     min_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
     weak_dense: Optional[float] = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
