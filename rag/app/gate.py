@@ -217,6 +217,7 @@ class Side:
         per_query: its positives' per-query table indexed by query id, or None (an
             expectation that pins none).
         negatives: its negatives' per-query table (None: no table, or no negative).
+        mode: the row's ``search.mode`` param (None: an expectation, or not logged).
     """
 
     label: str
@@ -229,6 +230,7 @@ class Side:
     metrics: dict[str, float]
     per_query: Any = None
     negatives: Any = None
+    mode: str | None = None
 
     def table(self, metric: str) -> Any:
         """The per-query table ``metric`` is a mean over: the negatives' for an abstention
@@ -330,7 +332,8 @@ def row_side(ledger: Any, ref: str) -> Side:
                 corpus_fingerprint=tags.get("corpus_fingerprint"), overrides=overrides,
                 metrics={k: float(v) for k, v in run.data.metrics.items()},
                 per_query=_frame(text, f"per_query.csv of row {run_id[:8]}"),
-                negatives=_negatives(text, f"per_query.csv of row {run_id[:8]}"))
+                negatives=_negatives(text, f"per_query.csv of row {run_id[:8]}"),
+                mode=run.data.params.get("search.mode"))
 
 
 def is_expectation(ref: str) -> bool:
@@ -893,6 +896,23 @@ def _printable(text: str) -> str:
     return _CONTROL.sub("?", text)
 
 
+def abstention_notes(baseline: Side, candidate: Side) -> list[str]:
+    """A note (and a blank line) when one side's abstention never acts (its ``search.mode``
+    runs no dense channel, :func:`rag.search.abstain.never_acts`) and the other's may: its
+    answer support, abstain and dropped rates then compare a pipeline that abstains with one
+    that cannot."""
+    from rag.search.abstain import never_acts
+
+    off = [s for s in (baseline, candidate) if s.mode and never_acts(s.mode)]
+    if len(off) != 1 or not (baseline.mode and candidate.mode):
+        return []
+    s = off[0]
+    return [f"Note: the {'baseline' if s is baseline else 'candidate'}'s abstention never acts "
+            f"(search.mode={s.mode} runs no dense channel): `answer_support_rate`, "
+            "`abstain_rate`, `false_weak_rate` and `dropped_rate` compare a pipeline that can "
+            "abstain with one that cannot, not two abstentions.", ""]
+
+
 def render_markdown(result: GateResult) -> str:
     """The markdown summary (GitHub renders it, e.g. in ``$GITHUB_STEP_SUMMARY``)."""
     from rag.eval.attribution import STAGE_HELP, STAGES
@@ -906,6 +926,7 @@ def render_markdown(result: GateResult) -> str:
              + (" — **the same row as the baseline**: this gate compares nothing"
                 if r.candidate.kind == "row" and r.candidate.ref == r.baseline.ref else ""),
              f"- test: {r.test}", ""]
+    lines += abstention_notes(r.baseline, r.candidate)
     if r.regressions:
         lines.append("Regressions: " + ", ".join(
             f"`{c.metric}` {c.delta:+.4f}" for c in r.regressions))

@@ -299,7 +299,9 @@ def abstention_text(tags: dict[str, Any], cfg: DictConfig, mode: str) -> str:
             if signal == "learned" and tags.get("abstain_gate_features") else
             "learned gate P(answerable)" if signal == "learned" else "top dense cosine")
     text = f"{what}: dropped < {lo}, weak < {hi}"
-    if mode in ("bm25", "grep"):
+    from rag.search.abstain import never_acts
+
+    if never_acts(mode):
         text += f" (never acts: search.mode={mode} runs no dense channel)"
     return text
 

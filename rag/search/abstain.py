@@ -27,3 +27,13 @@ def band(top_dense: float | None, *, min_dense: float, weak_dense: float) -> Ban
     if top_dense < min_dense:
         return Band(drop=True, weak_match=False)
     return Band(drop=False, weak_match=top_dense < weak_dense)
+
+
+def never_acts(mode: str) -> bool:
+    """Whether abstention on the dense signals never acts under ``search.mode=mode``: a
+    single-channel route on a channel other than ``dense`` (``bm25``, ``grep``) scores no
+    dense cosine, so no band applies to any of its queries (``auto``, ``hybrid`` and
+    ``dense`` run the dense channel)."""
+    from rag.search.channels import CHANNEL_NAMES
+
+    return mode in CHANNEL_NAMES and mode != "dense"

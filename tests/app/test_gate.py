@@ -888,3 +888,24 @@ def test_junit_and_markdown_hold_no_control_character():
     xml = render_junit(r)
     ET.fromstring(xml)  # well-formed
     assert "\x1b" not in xml and "\x1b" not in render_markdown(r) and "evil?[31mRED?" in xml
+
+
+def test_a_side_whose_abstention_never_acts_is_noted():
+    from rag.app.gate import Side, abstention_notes
+    from rag.search.abstain import never_acts
+
+    assert [m for m in ("auto", "hybrid", "dense", "bm25", "grep") if never_acts(m)] == \
+        ["bm25", "grep"]
+
+    def side(mode):
+        return Side(label="row x", kind="row", ref=mode or "none", corpus="shop",
+                    golden_fingerprint="g", corpus_fingerprint="c", overrides=[], metrics={},
+                    mode=mode)
+
+    note = abstention_notes(side("hybrid"), side("bm25"))
+    assert note[0].startswith("Note: the candidate's abstention never acts (search.mode=bm25 "
+                              "runs no dense channel)") and note[1] == ""
+    assert abstention_notes(side("grep"), side("dense"))[0].startswith("Note: the baseline's")
+    # both abstain, neither does, or a side without a mode (an expectation): no note
+    for a, b in (("hybrid", "dense"), ("bm25", "grep"), (None, "bm25")):
+        assert abstention_notes(side(a), side(b)) == []
