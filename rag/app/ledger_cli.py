@@ -159,11 +159,15 @@ def ui_command(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(links.as_dict() | {"log": str(log)}), flush=True)
         else:
+            what = (f"sweep {links.sweep_id}" if links.sweep_id else
+                    "no sweep in this ledger yet: its newest rows")
             print(f"MLflow UI on {links.server} (log: {log}); Ctrl-C stops it\n"
-                  f"  sweep {links.sweep_id}, runs table with the headline columns:\n"
+                  f"  {what}, runs table with the headline columns:\n"
                   f"    {links.runs_table}\n"
-                  f"  compare view of its rows:\n    {links.compare}\n"
-                  f"  the baseline's run page:\n    {links.baseline_run}", flush=True)
+                  f"  compare view of {'its' if links.sweep_id else 'the newest'} rows:\n"
+                  f"    {links.compare}\n"
+                  f"  the {'baseline' if links.sweep_id else 'newest row'}'s run page:\n"
+                  f"    {links.baseline_run}", flush=True)
 
     try:
         code = serve_ui(uri, port=port, log=log, ready=ready)

@@ -261,7 +261,7 @@ class FoundSweep:
     """One sweep's finished rows in one experiment, and its baseline row (MLflow ``Run``s)."""
 
     experiment_id: str
-    sweep_id: str
+    sweep_id: str | None  # None: no sweep; the newest rows (:func:`find_newest_rows`)
     rows: list
     baseline: Any
 
@@ -291,6 +291,29 @@ def find_sweep(ledger: Any, *, sweep_id: str | None = None, experiment: str | No
     rows = [r for r in rows if r.info.experiment_id == exp_id]  # a suite: its first corpus
     base = next((r for r in rows if r.data.tags.get("is_baseline") == "true"), rows[0])
     return FoundSweep(experiment_id=exp_id, sweep_id=sweep_id, rows=rows, baseline=base)
+
+
+def find_newest_rows(ledger: Any, *, experiment: str | None = None, prefix: str = "rag",
+                     limit: int = 10) -> FoundSweep:
+    """A ledger with no sweep yet: the newest finished rows (at most ``limit``) of the
+    experiment of its newest row (or of ``experiment``: its name or corpus), newest first,
+    the newest as ``baseline``, ``sweep_id`` None.
+
+    Raises:
+        ScreenshotError: no such experiment, or no finished row at all.
+    """
+    exps = [e for e in ledger.experiments(prefix)
+            if experiment is None or e.name in (experiment, f"{prefix}-{experiment}")]
+    if experiment is not None and not exps:
+        raise ScreenshotError(f"--experiment {experiment!r}: no such experiment in {ledger.uri}")
+    rows = ledger.rows([e.experiment_id for e in exps]) if exps else []
+    if not rows:
+        raise ScreenshotError(f"no finished row in {ledger.uri}: `python -m rag.run` logs one")
+    newest = max(rows, key=lambda r: r.info.start_time)
+    rows = sorted((r for r in rows if r.info.experiment_id == newest.info.experiment_id),
+                  key=lambda r: r.info.start_time, reverse=True)[:limit]
+    return FoundSweep(experiment_id=newest.info.experiment_id, sweep_id=None, rows=rows,
+                      baseline=newest)
 
 
 def sweep_pages(uri: str, out_dir: Path, *, sweep_id: str | None = None,

@@ -43,10 +43,10 @@ def metric_column(name: str) -> str:
     return f"metrics.`{name}`"
 
 
-def view_state(*, sweep_id: str, metrics: Sequence[str]) -> dict[str, Any]:
-    """The runs table's state for one sweep: its rows (search filter), newest first, with the
-    dataset and the given metric columns, in order."""
-    return {"searchFilter": f"tags.sweep_id = '{sweep_id}'",
+def view_state(*, sweep_id: str | None, metrics: Sequence[str]) -> dict[str, Any]:
+    """The runs table's state for one sweep: its rows (search filter; None: every row),
+    newest first, with the dataset and the given metric columns, in order."""
+    return {"searchFilter": f"tags.sweep_id = '{sweep_id}'" if sweep_id else "",
             "orderByKey": "attributes.start_time", "orderByAsc": False,
             "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
             "modelVersionFilter": "All Runs",
@@ -65,7 +65,7 @@ class UiLinks:
     """What ``rag ledger ui`` prints (``--json``: this as a dict)."""
 
     server: str
-    sweep_id: str
+    sweep_id: str | None  # None: the ledger has no sweep; the links show its newest rows
     experiment_id: str
     runs_table: str
     compare: str
@@ -81,16 +81,23 @@ class UiLinks:
 
 def prepare_links(ledger: Any, *, port: int, host: str, sweep_id: str | None = None,
                   experiment: str | None = None, prefix: str = "rag") -> UiLinks:
-    """Find the sweep (:func:`rag.ledger.screenshots.find_sweep`), write its runs-table view
-    as an experiment tag (once: the key is the state's digest) and build the links.
+    """Find the sweep (:func:`rag.ledger.screenshots.find_sweep`; with no ``sweep_id`` and no
+    sweep in the ledger, its newest rows: :func:`rag.ledger.screenshots.find_newest_rows`),
+    write its runs-table view as an experiment tag (once: the key is the state's digest) and
+    build the links.
 
     Raises:
-        ScreenshotError: no sweep (or no such experiment) in the ledger.
+        ScreenshotError: no such sweep or experiment, or no finished row at all.
         LedgerError: the tag cannot be written.
     """
-    from rag.ledger.screenshots import UI_QUERY, find_sweep
+    from rag.ledger.screenshots import UI_QUERY, ScreenshotError, find_newest_rows, find_sweep
 
-    found = find_sweep(ledger, sweep_id=sweep_id, experiment=experiment, prefix=prefix)
+    try:
+        found = find_sweep(ledger, sweep_id=sweep_id, experiment=experiment, prefix=prefix)
+    except ScreenshotError:
+        if sweep_id is not None:
+            raise
+        found = find_newest_rows(ledger, experiment=experiment, prefix=prefix)
     metrics = [m for m in HEADLINE if m in found.baseline.data.metrics] or list(HEADLINE)
     state = view_state(sweep_id=found.sweep_id, metrics=metrics)
     key = share_key(state)

@@ -53,7 +53,7 @@ def test_links_write_one_tag_and_name_the_sweep(tmp_path):
     assert sum(k.startswith(SHARED_VIEW_TAG) for k in exp.tags) == 1
 
 
-def test_no_sweep_is_one_error_line(tmp_path, capsys):
+def test_an_empty_ledger_is_one_error_line(tmp_path, capsys):
     from rag.app.cli import main
     from rag.ledger.mlflow_store import Ledger
 
@@ -61,7 +61,30 @@ def test_no_sweep_is_one_error_line(tmp_path, capsys):
     Ledger(uri, tmp_path / "art")
     assert main(["ledger", "ui", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("error: no finished sweep row in ")
+    assert len(err) == 1 and err[0].startswith("error: no finished row in ")
+    # a sweep asked for by id that is not there is named as such
+    assert main(["ledger", "ui", "--tracking-uri", uri, "--sweep", "routing-9"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "no finished sweep row in " in err[0] and "routing-9" in err[0]
+
+
+def test_a_ledger_of_single_runs_opens_on_its_newest_rows(tmp_path):
+    from rag.ledger.mlflow_store import Ledger
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ledger = Ledger(uri, tmp_path / "art")
+    ids = [ledger.log_row(experiment="rag-shop", run_name=f"r{i}", params={},
+                          metrics={"mrr": 0.5, "recall_at_8": 0.6}, tags={}, artifacts={},
+                          start_time_ms=1_000 * (i + 1)) for i in range(3)]
+    links = prepare_links(Ledger(uri, create=False), port=5999, host="ledger.localhost")
+    assert links.sweep_id is None
+    exp = ledger.client.get_experiment(links.experiment_id)
+    (value,) = [v for k, v in exp.tags.items() if k.startswith(SHARED_VIEW_TAG)]
+    state = json.loads(value)
+    # every row of the experiment (no sweep filter), the headline columns the rows have
+    assert state["searchFilter"] == "" and state["selectedColumns"][1:] == [
+        "metrics.`mrr`", "metrics.`recall_at_8`"]
+    assert all(i in links.compare for i in ids) and ids[-1] in links.baseline_run
 
 
 @pytest.mark.skipif(chromium_binary() is None,
