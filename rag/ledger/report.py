@@ -572,8 +572,13 @@ def render_ledger(rows: Iterable[LedgerRow], *, source: str, sweep: str | None =
     out = ["# Ledger" if sweep is None else f"# Ledger: sweep {code(sweep)}", "", BANNER, "",
            f"Source: {code(source)}. One row per evaluation (MLflow run), oldest first. "
            "Recall@8, MRR and prose Recall@8 are means over the golden positives; "
+           "Recall@2k tokens is the recall of the ranked chunks that fit, in order, in 2,048 "
+           "tokens of context (the embedder's tokenizer). "
            "abstain is the share of negatives with no hit or only weak hits; false_weak the "
            "share of positives that got no hit (dropped, or no lexical match) or only weak hits; "
+           "dropped the share of positives whose hits were all dropped. The abstention "
+           "column names the signal and its (drop, weak) thresholds, `transferred` when they "
+           "came from another row's calibration. "
            "p50 is per-query search latency.", ""]
     out += render_unfinished(unfinished, now_ms=int(time.time() * 1000) if now_ms is None
                              else now_ms)
