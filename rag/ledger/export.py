@@ -46,7 +46,9 @@ def select_experiments(ledger: Any, *, prefix: str, experiment: str | None) -> l
     if not hit:
         known = ", ".join(sorted(e.name for e in exps)) or "none"
         raise ExportError(f"--experiment {experiment!r}: no such experiment in the ledger "
-                          f"(known: {known})")
+                          f"(known: {known}; the corpora of a dataset such as semble's are "
+                          f"rows of one experiment, {prefix}-<dataset name>: select them by "
+                          "the table's tags.corpus column)")
     return hit
 
 

@@ -106,7 +106,9 @@ def _export(uri, fmt, out):
 @pytest.mark.parametrize("argv, message", [
     (["--format", "parquet"], "--format parquet writes a binary file: give --out FILE"),
     (["--experiment", "nope"], "--experiment 'nope': no such experiment in the ledger "
-                               "(known: rag-shop, rag-zod)"),
+                               "(known: rag-shop, rag-zod; the corpora of a dataset such as "
+                               "semble's are rows of one experiment, rag-<dataset name>: "
+                               "select them by the table's tags.corpus column)"),
 ])
 @pytest.mark.slow
 def test_refusals_are_one_error_line(ledger_uri, argv, message, capsys):
