@@ -897,20 +897,13 @@ def _printable(text: str) -> str:
 
 
 def abstention_notes(baseline: Side, candidate: Side) -> list[str]:
-    """A note (and a blank line) when one side's abstention never acts (its ``search.mode``
-    runs no dense channel, :func:`rag.search.abstain.never_acts`) and the other's may: its
-    answer support, abstain and dropped rates then compare a pipeline that abstains with one
-    that cannot."""
-    from rag.search.abstain import never_acts
+    """A note (and a blank line) when one side's abstention never acts and the other's may
+    (:func:`rag.ledger.diff.never_acting_abstention`)."""
+    from rag.ledger.diff import never_acting_abstention
 
-    off = [s for s in (baseline, candidate) if s.mode and never_acts(s.mode)]
-    if len(off) != 1 or not (baseline.mode and candidate.mode):
-        return []
-    s = off[0]
-    return [f"Note: the {'baseline' if s is baseline else 'candidate'}'s abstention never acts "
-            f"(search.mode={s.mode} runs no dense channel): `answer_support_rate`, "
-            "`abstain_rate`, `false_weak_rate` and `dropped_rate` compare a pipeline that can "
-            "abstain with one that cannot, not two abstentions.", ""]
+    note = never_acting_abstention(("the baseline", baseline.mode),
+                                   ("the candidate", candidate.mode))
+    return [f"Note: {note}.", ""] if note else []
 
 
 def render_markdown(result: GateResult) -> str:

@@ -177,6 +177,25 @@ def check_comparable(run_a: str, tags_a: Mapping[str, str], run_b: str,
     return notes
 
 
+def never_acting_abstention(a: tuple[str, str | None], b: tuple[str, str | None]) -> str | None:
+    """One sentence when exactly one of two sides (``(name, search.mode)``; a mode of None:
+    not known) has an abstention that never acts (:func:`rag.search.abstain.never_acts`):
+    its answer support and abstention rates then compare a pipeline that can abstain with one
+    that cannot; None otherwise."""
+    from rag.search.abstain import never_acts
+
+    if not (a[1] and b[1]):
+        return None
+    off = [(name, mode) for name, mode in (a, b) if never_acts(mode)]
+    if len(off) != 1:
+        return None
+    name, mode = off[0]
+    return (f"{name}'s abstention never acts (search.mode={mode} runs no dense channel): "
+            "answer_support_rate, abstain_rate, false_weak_rate, dropped_rate and the "
+            "'abstained' stage compare a pipeline that can abstain with one that cannot, not "
+            "two abstentions")
+
+
 def compare_rows(ledger: Any, ref_a: str, ref_b: str, *, top: int = 10,
                  changed_only: bool = False) -> dict[str, Any]:
     """The summary (:func:`summarize`, plus ``notes``) of two ledger rows of one store.
@@ -196,8 +215,13 @@ def compare_rows(ledger: Any, ref_a: str, ref_b: str, *, top: int = 10,
     from rag.ledger.sweep import per_query_frame
 
     ids = [ledger.resolve_run_id(r) for r in (ref_a, ref_b)]
-    tags = [dict(ledger.client.get_run(i).data.tags) for i in ids]
+    runs = [ledger.client.get_run(i) for i in ids]
+    tags = [dict(r.data.tags) for r in runs]
     notes = check_comparable(ids[0], tags[0], ids[1], tags[1])
+    acting = never_acting_abstention(
+        *((f"row {i[:8]}", r.data.params.get("search.mode")) for i, r in zip(ids, runs)))
+    if acting:
+        notes.append(f"note: {acting}")
     frames, texts = [], []
     for rid in ids:
         text = ledger.download_text(rid, "per_query.csv")

@@ -904,7 +904,7 @@ def test_a_side_whose_abstention_never_acts_is_noted():
 
     note = abstention_notes(side("hybrid"), side("bm25"))
     assert note[0].startswith("Note: the candidate's abstention never acts (search.mode=bm25 "
-                              "runs no dense channel)") and note[1] == ""
+                              "runs no dense channel): answer_support_rate, ") and note[1] == ""
     assert abstention_notes(side("grep"), side("dense"))[0].startswith("Note: the baseline's")
     # both abstain, neither does, or a side without a mode (an expectation): no note
     for a, b in (("hybrid", "dense"), ("bm25", "grep"), (None, "bm25")):

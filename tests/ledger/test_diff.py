@@ -240,3 +240,14 @@ def test_a_whole_run_id_resolves_by_one_lookup_as_a_prefix_would(tmp_path):
         ledger.resolve_run_id(parent[:8])
     with pytest.raises(LookupError, match="empty run id"):
         ledger.resolve_run_id("  ")
+
+
+def test_a_row_whose_abstention_never_acts_is_named():
+    from rag.ledger.diff import never_acting_abstention
+
+    note = never_acting_abstention(("row a", "hybrid"), ("row b", "bm25"))
+    assert note.startswith("row b's abstention never acts (search.mode=bm25 runs no dense "
+                           "channel): ") and "'abstained' stage" in note
+    assert never_acting_abstention(("row a", "grep"), ("row b", "auto")).startswith("row a's")
+    for a, b in (("hybrid", "dense"), ("bm25", "bm25"), (None, "bm25"), ("bm25", None)):
+        assert never_acting_abstention(("row a", a), ("row b", b)) is None
