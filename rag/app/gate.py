@@ -948,7 +948,11 @@ def render_markdown(result: GateResult) -> str:
             + f" (confidence sequence of Δ [{c.cs_low:+.4f}, {c.cs_high:+.4f}])"
             for c in r.checks if c.cs_low is not None))
     if r.inconclusive and not r.options.sequential:
-        lines.append("Inconclusive (neither a regression nor ruled out): " + "; ".join(
+        what = ("neither a regression nor ruled out" if all(
+            c.mode != "superiority" for c in r.inconclusive) else
+            "not shown better" if all(c.mode == "superiority" for c in r.inconclusive) else
+            "neither decided: a regression not ruled out, or a gain not shown")
+        lines.append(f"Inconclusive ({what}): " + "; ".join(
             inconclusive_text(c) for c in r.inconclusive))
     if r.regressions or r.improvements or r.guard_failed or r.inconclusive or r.coverage_failed:
         lines.append("")

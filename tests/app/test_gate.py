@@ -112,6 +112,7 @@ def test_margin_and_paired_test_both_decide_with_holm_across_the_metrics():
     assert wide.checks[0].verdict == WITHIN_MARGIN
     assert wide.exit_code == EXIT_INCONCLUSIVE and wide.verdict == "inconclusive"
     assert "## rag gate: INCONCLUSIVE" in render_markdown(wide)
+    assert "Inconclusive (neither a regression nor ruled out): " in render_markdown(wide)
     assert "more paired queries" in render_markdown(wide)
     junit = render_junit(wide)
     assert junit.count("<skipped") == 2 and 'skipped="2"' in junit and "<failure" not in junit
@@ -308,6 +309,8 @@ def test_superiority_passes_only_a_gain_shown_past_the_margin():
     assert same.checks[0].verdict == INCONCLUSIVE and same.exit_code == EXIT_INCONCLUSIVE
     assert same.checks[0].queries_needed is None and same.checks[0].mode == "superiority"
     assert "more queries would not show it better" in render_markdown(same)
+    # a superiority check is inconclusive when no gain is shown, not "ruled out"
+    assert "Inconclusive (not shown better): " in render_markdown(same)
     # +0.5 on every query: exact p = 2/2^12, shown better
     better = compare(side(base, "row a"), side(table(12, mrr=[1.0] * 12)), opts)
     assert better.checks[0].verdict == IMPROVEMENT and better.exit_code == EXIT_PASS
