@@ -60,7 +60,9 @@ from rag.corpus.walk import Document
 #    own last line (blank lines that only separate methods are left out: ``class Option``
 #    2858-2949, not 2858-3644); Markdown/reST: a preamble of link targets only (``(options)=``)
 #    opens the first section instead of being a chunk of its own; everything else as in 8
-CHUNKER_VERSION = "9"
+# 10: Lua: ``M.f = function ... end`` and ``local f = function ... end`` are symbols (``M.f``,
+#    ``f``), which stayed in ``<module>``; everything else as in 9
+CHUNKER_VERSION = "10"
 
 
 @functools.lru_cache(maxsize=1)

@@ -60,9 +60,9 @@ Elixir         ``defmodule A.B do def f ...`` -> ``A.B`` (class), ``A.B.f`` (met
                ``defp``/``defmacro``/``defguard``/``defdelegate`` as ``def``;
                ``defimpl P, for: T`` and ``defprotocol P`` -> class ``P``; a ``def``
                with ``when`` is named by its call; ``@doc``/``@spec`` above are its lines
-Lua            ``function f``, ``local function f`` -> ``f``; ``function M.f`` and
-               ``function M:f`` -> ``M.f`` (method); ``M.f = function`` stays in
-               ``<module>``; ``---`` LuaDoc and ``-- @`` annotations lead a function
+Lua            ``function f``, ``local function f``, ``local f = function`` -> ``f``;
+               ``function M.f``, ``function M:f`` and ``M.f = function`` -> ``M.f``
+               (method); ``---`` LuaDoc and ``-- @`` annotations lead a function
 Haskell        ``data``, ``newtype``, ``type``, ``class`` -> class; ``instance C T``
                -> ``T`` (class, as Rust's ``impl C for T``); a function's equations,
                with its type signature and Haddock above, are one function (``decode
@@ -143,6 +143,8 @@ class LanguageSpec:
             lines join the declaration's when exactly one symbol is inside.
         var_functions: node types ``name = value`` that are a function when ``value_field``
             holds one of ``function_values`` (``const foo = () => ...``).
+        value_lists: node types of a ``var_functions`` node's child that holds the
+            ``value_field`` instead of the node itself (Lua's ``expression_list``).
         name_fields: node type -> the field that names it (default ``name``).
         name_types: where a node has no name field, its first named child of these types is
             its name (Kotlin).
@@ -186,6 +188,7 @@ class LanguageSpec:
     var_functions: frozenset[str] = frozenset()
     function_values: frozenset[str] = frozenset()
     value_field: str = "value"
+    value_lists: frozenset[str] = frozenset()
     name_fields: Mapping[str, str] = field(default_factory=dict)
     name_types: frozenset[str] = frozenset()
     fixed_names: Mapping[str, str] = field(default_factory=dict)
@@ -404,9 +407,15 @@ ELIXIR = LanguageSpec(
 
 LUA = LanguageSpec(
     name="lua", grammar="lua",
-    # function f(), local function f(), function M.f(), function M:f() (a method of M)
+    # function f(), local function f(), function M.f(), function M:f() (a method of M);
+    # M.f = function() ... end and local f = function() ... end as f, M.f
     functions=_types("function_declaration"),
     containers=frozenset(),
+    wrappers=_types("variable_declaration"),
+    var_functions=_types("assignment_statement"),
+    function_values=_types("function_definition"),
+    value_lists=_types("expression_list"),
+    name_types=_types("variable_list"),
     leading=_types("comment"),
     doc_comment=r"---|--\s*@",  # LuaDoc / EmmyLua annotations
 )
@@ -621,6 +630,16 @@ class _Walker:
             target = nxt if nxt is not None else target.named_children[0]
         return target
 
+    def value_node(self, node):
+        """The value a ``var_functions`` node binds (``const f = () => ...``): its
+        ``value_field`` child, or that field's child of a ``value_lists`` child (Lua's
+        ``M.f = function`` holds it in an ``expression_list``); None when it has none."""
+        value = node.child_by_field_name(self.spec.value_field)
+        if value is None and self.spec.value_lists:
+            held = next((c for c in node.named_children if c.type in self.spec.value_lists), None)
+            value = held.child_by_field_name(self.spec.value_field) if held is not None else None
+        return value
+
     def name(self, node) -> list[str] | None:
         """The name of a declaration, split into its qualified parts; None when it has none."""
         fixed = self.spec.fixed_names.get(node.type)
@@ -685,7 +704,7 @@ class _Walker:
         if node.type in spec.functions:
             return node.type not in spec.needs_body or self.body(node) is not None
         if node.type in spec.var_functions:
-            value = node.child_by_field_name(spec.value_field)
+            value = self.value_node(node)
             return value is not None and value.type in spec.function_values
         return False
 
@@ -736,7 +755,7 @@ class _Walker:
         """The classes (:attr:`LanguageSpec.local_classes`) declared directly in a top-level
         function's body, as members ``function.Class`` with their methods."""
         if node.type in self.spec.var_functions:
-            node = node.child_by_field_name(self.spec.value_field)
+            node = self.value_node(node)
         body = self.body(node) if node is not None else None
         if body is None:
             return []
