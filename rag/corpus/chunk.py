@@ -61,7 +61,9 @@ from rag.corpus.walk import Document
 #    2858-2949, not 2858-3644); Markdown/reST: a preamble of link targets only (``(options)=``)
 #    opens the first section instead of being a chunk of its own; everything else as in 8
 # 10: Lua: ``M.f = function ... end`` and ``local f = function ... end`` are symbols (``M.f``,
-#    ``f``), which stayed in ``<module>``; everything else as in 9
+#    ``f``); JavaScript/TypeScript: a top-level ``app.use = function``, ``Foo.prototype.bar =
+#    function`` is a symbol (``app.use``, ``Foo.bar``); they stayed in ``<module>``
+#    (express's ``application.js`` was 11 module windows); everything else as in 9
 CHUNKER_VERSION = "10"
 
 

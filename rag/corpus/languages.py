@@ -30,7 +30,9 @@ PHP namespaces/packages do not enter names. Lines are 1-based and inclusive. Nam
 TS / JS        ``function foo``, ``const foo = () => ...``, ``const foo = function``
                -> ``foo`` (function); ``class C { m() {} }`` -> ``C``, ``C.m``; a class
                field holding an arrow function or function -> ``C.field`` (method);
-               ``interface I``, ``enum E``, every ``type T = ...`` (one line or many)
+               a top-level ``app.use = function``, ``Foo.prototype.bar = function``,
+               ``exports.f = () => ...`` -> ``app.use``, ``Foo.bar``, ``exports.f``
+               (method); ``interface I``, ``enum E``, every ``type T = ...`` (one line or many)
                -> ``I``/``E``/``T`` (class); ``namespace z { ... }`` -> ``z.member``;
                ``declare module "m" { ... }`` -> ``m.member``; object-literal methods
                are not split; anonymous ``export default function`` is not a symbol
@@ -143,6 +145,8 @@ class LanguageSpec:
             lines join the declaration's when exactly one symbol is inside.
         var_functions: node types ``name = value`` that are a function when ``value_field``
             holds one of ``function_values`` (``const foo = () => ...``).
+        value_fields: node type -> the field that holds its value (default ``value_field``:
+            JavaScript's ``app.use = function`` holds it in ``right``).
         value_lists: node types of a ``var_functions`` node's child that holds the
             ``value_field`` instead of the node itself (Lua's ``expression_list``).
         name_fields: node type -> the field that names it (default ``name``).
@@ -188,6 +192,7 @@ class LanguageSpec:
     var_functions: frozenset[str] = frozenset()
     function_values: frozenset[str] = frozenset()
     value_field: str = "value"
+    value_fields: Mapping[str, str] = field(default_factory=dict)
     value_lists: frozenset[str] = frozenset()
     name_fields: Mapping[str, str] = field(default_factory=dict)
     name_types: frozenset[str] = frozenset()
@@ -233,10 +238,14 @@ _JS_LIKE = dict(
     namespaces=_types("internal_module", "module"),
     wrappers=_types("export_statement", "ambient_declaration", "lexical_declaration",
                     "variable_declaration", "expression_statement"),
-    var_functions=_types("variable_declarator", "public_field_definition", "field_definition"),
+    # const f = () => ..., a class field holding a function, and app.use = function (...),
+    # Foo.prototype.bar = function, exports.f = function at the top level
+    var_functions=_types("variable_declarator", "public_field_definition", "field_definition",
+                         "assignment_expression"),
     function_values=_types("arrow_function", "function_expression", "function",
                            "generator_function"),
-    name_fields={"field_definition": "property"},
+    value_fields={"assignment_expression": "right"},
+    name_fields={"field_definition": "property", "assignment_expression": "left"},
     leading=_types("comment", "decorator"),
     doc_comment=_BLOCK_DOC,
     local_classes=_types("class_declaration", "abstract_class_declaration"),
@@ -560,7 +569,9 @@ class _Sym:
 _QUALIFIED = frozenset({"qualified_identifier", "nested_namespace_specifier", "nested_identifier",
                         "scope_resolution", "namespace_name", "user_type",
                         # Lua: function M.setup(), function Picker:new()
-                        "dot_index_expression", "method_index_expression"})
+                        "dot_index_expression", "method_index_expression",
+                        # JavaScript: app.use = function, Foo.prototype.bar = function
+                        "member_expression"})
 _LEAVES = _QUALIFIED | frozenset({
     "identifier", "type_identifier", "field_identifier", "property_identifier",
     "private_property_identifier", "simple_identifier", "constant", "name",
@@ -634,7 +645,8 @@ class _Walker:
         """The value a ``var_functions`` node binds (``const f = () => ...``): its
         ``value_field`` child, or that field's child of a ``value_lists`` child (Lua's
         ``M.f = function`` holds it in an ``expression_list``); None when it has none."""
-        value = node.child_by_field_name(self.spec.value_field)
+        value = node.child_by_field_name(self.spec.value_fields.get(node.type,
+                                                                    self.spec.value_field))
         if value is None and self.spec.value_lists:
             held = next((c for c in node.named_children if c.type in self.spec.value_lists), None)
             value = held.child_by_field_name(self.spec.value_field) if held is not None else None
@@ -656,6 +668,8 @@ class _Walker:
             while prev != head:
                 prev, head = head, _TEMPLATE_ARGS.sub("", head)
             parts = [p for p in _QUALIFIER.split(head) if p] + ([tail] if tail else [])
+            if target.type == "member_expression":  # Foo.prototype.bar is Foo's method bar
+                parts = [p for p in parts if p != "prototype"] or parts
         else:
             parts = [text] if text else []
         return parts or None

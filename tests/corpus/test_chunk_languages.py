@@ -76,12 +76,14 @@ EXPECTED: dict[str, list[tuple[str, str, int, int]]] = {
         ("Panel.render", ME, 10, 12),
     ],
     "sample.js": [
-        ("<module>", M, 1, 21),            # 1, 2, 21
+        ("<module>", M, 1, 32),            # 1, 2, 30 (not a function), 32
         ("Router", C, 4, 13),              # comment 4; minus 6-8 and 10-12
         ("Router.constructor", ME, 6, 8),
         ("Router.handle", ME, 10, 12),     # class field = arrow function
         ("createApp", F, 15, 17),
         ("wrap", F, 19, 19),
+        ("app.use", ME, 21, 24),           # app.use = function, with its doc comment
+        ("View.lookup", ME, 26, 28),       # View.prototype.lookup = function
     ],
     "sample.jsx": [
         ("<module>", M, 1, 1),
