@@ -261,12 +261,19 @@ def _prior_keys() -> tuple[str, ...]:
     return (*CATEGORIES, *DEFAULT_PRIORS)
 
 
+from rag.search.fusion import DEFAULT_METHOD, DEFAULT_NORM  # noqa: E402 - their defaults
+
+
 @dataclass
 class FusionConfig:
-    """Reciprocal Rank Fusion (Cormack, Clarke, Büttcher, SIGIR 2009), weighted per channel
-    (``weights`` for prose queries, ``identifier_weights`` for identifier-shaped ones; a
-    channel left out weighs 1)."""
+    """How a hybrid route fuses its channels (rag/search/fusion.py): ``method`` ``rrf``
+    (Reciprocal Rank Fusion, Cormack, Clarke, Büttcher, SIGIR 2009; reads ``rrf_k``), ``wsum``
+    or ``combmnz`` (normalised scores by ``norm``), weighted per channel (``weights`` for
+    prose queries, ``identifier_weights`` for identifier-shaped ones; a channel left out
+    weighs 1)."""
 
+    method: str = DEFAULT_METHOD
+    norm: str = DEFAULT_NORM
     rrf_k: int = 60
     # channel -> weight, null: every channel weighs 1 (typed Any: OmegaConf cannot override
     # a typed empty or null mapping from the command line; validate() checks the entries)
@@ -833,6 +840,13 @@ def validate(cfg: DictConfig) -> None:
         )
     if cfg.fusion.rrf_k < 0:
         raise ValueError(f"fusion.rrf_k must be >= 0, got {cfg.fusion.rrf_k}")
+    from rag.search.fusion import FUSIONS, NORMS
+
+    if cfg.fusion.method not in FUSIONS:
+        raise ValueError(f"fusion.method must be one of {sorted(FUSIONS)}, got "
+                         f"{cfg.fusion.method!r}")
+    if cfg.fusion.norm not in NORMS:
+        raise ValueError(f"fusion.norm must be one of {sorted(NORMS)}, got {cfg.fusion.norm!r}")
     for key in ("weights", "identifier_weights"):
         for ch, w in (cfg.fusion.get(key) or {}).items():
             if ch not in CHANNEL_NAMES or not w >= 0:

@@ -1,8 +1,9 @@
 """The retrieval pipeline: route -> channels -> fusion -> ranking -> rerank -> abstention -> hits.
 
 The pipeline names no channel: a route is one registered channel (rag/search/channels.py
-``CHANNELS``) or RRF over ``search.fuse``. Every hit carries its per-stage scores (one per
-registered channel, then ``rrf``, the ranking stage's features (``rank:<feature>``) and its
+``CHANNELS``) or a fusion (rag/search/fusion.py ``FUSIONS``, ``fusion.method``) over
+``search.fuse``. Every hit carries its per-stage scores (one per
+registered channel, then the fusion method's (``rrf``, ``wsum``, ``combmnz``), the ranking stage's features (``rank:<feature>``) and its
 score (``ranking``), and ``rerank``; None where a stage did not score it), so a result can be
 attributed to a stage.
 """
@@ -19,7 +20,7 @@ from rag.core.contract import Hit, Query, SearchResult  # noqa: F401 - the contr
 from rag.index.build import Index
 from rag.search.abstain import Band, band
 from rag.search.channels import CHANNEL_NAMES, channel_of, has_channel, top_matches
-from rag.search.fusion import rrf
+from rag.search.fusion import DEFAULT_METHOD, DEFAULT_NORM, fuse
 from rag.search.ranking import RankingOptions, RankingStage
 from rag.search.ranking.query_shape import query_shape
 from rag.search.route import route
@@ -37,6 +38,10 @@ class SearchOptions:
     top_k: int = 8
     candidates: int = 40
     rrf_k: int = 60
+    # how a hybrid route fuses its channels (rag/search/fusion.py FUSIONS) and, for the
+    # score-based methods, how each channel's candidate scores are normalised (NORMS)
+    fusion_method: str = DEFAULT_METHOD
+    fusion_norm: str = DEFAULT_NORM
     min_dense: float = 0.45
     weak_dense: float = 0.55
     # document categories to search (empty: all); applied before scoring
@@ -46,9 +51,9 @@ class SearchOptions:
     # abstention on the top rerank score instead of the dense cosine (None: not gated)
     rerank_min: float | None = None
     rerank_weak: float | None = None
-    # the channels a hybrid route fuses with RRF (rag/search/channels.py CHANNEL_NAMES)
+    # the channels a hybrid route fuses (rag/search/channels.py CHANNEL_NAMES)
     fuse: tuple[str, ...] = ("dense", "bm25")
-    # weighted RRF: channel -> weight for prose queries, and for identifier-shaped ones
+    # fusion weights: channel -> weight for prose queries, and for identifier-shaped ones
     # (rag/search/ranking/query_shape.py); a channel left out weighs 1
     fusion_weights: tuple[tuple[str, float], ...] = ()
     identifier_weights: tuple[tuple[str, float], ...] = ()
@@ -70,6 +75,8 @@ class SearchOptions:
                    prose_mode=str(getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)),
                    top_k=int(cfg.search.top_k), candidates=int(cfg.search.candidates),
                    rrf_k=int(cfg.fusion.rrf_k),
+                   fusion_method=str(cfg.fusion.get("method", cls.fusion_method)),
+                   fusion_norm=str(cfg.fusion.get("norm", cls.fusion_norm)),
                    # a band left null (abstain.calibration=auto decides) starts at the seed's
                    min_dense=(cls.min_dense if cfg.abstain.get("min_dense") is None
                               else float(cfg.abstain.min_dense)),
@@ -231,14 +238,14 @@ class SearchPipeline:
             fell_back, names = eff, [*names, o.fallback]
         dense_scores = channel_scores.get("dense")
         bm25_scores = channel_scores.get("bm25")
-        rrf_scores: dict[int, float] | None = None
+        fused_scores: dict[int, float] | None = None
         if eff == "hybrid":
             t0 = time.perf_counter()
             weights = dict(o.identifier_weights if query_shape(query).identifier
                            else o.fusion_weights)
-            fused = rrf({n: [i for i, _ in ranks[n]] for n in names}, k=o.rrf_k,
-                        weights=weights)
-            rrf_scores = dict(fused)
+            fused = fuse(o.fusion_method, {n: ranks[n] for n in names}, k=o.rrf_k,
+                         weights=weights, norm=o.fusion_norm)
+            fused_scores = dict(fused)
             order = fused
             t["fusion"] = time.perf_counter() - t0
         else:
@@ -315,7 +322,7 @@ class SearchPipeline:
                     cut = n + 1
                     break
             cut = max(cut, o.top_k)
-        ranked = [self._hit(i, s, channel_scores, no_match, rrf_scores, rerank_scores,
+        ranked = [self._hit(i, s, channel_scores, no_match, fused_scores, rerank_scores,
                             ranking_values)
                   for i, s in order[:cut]]
         # abstention acts on what is returned, never on the ranking (DESIGN.md §5: ranking
@@ -351,11 +358,12 @@ class SearchPipeline:
                             first_stage_top=first_stage_top)
 
     def _hit(self, i: int, score: float, channel_scores: dict[str, np.ndarray],
-             no_match: dict[str, float | None], rrf_scores, rerank_scores=None,
+             no_match: dict[str, float | None], fused_scores, rerank_scores=None,
              ranking_values=None) -> Hit:
         """A hit with every stage's score for chunk ``i``: each registered channel's (None
-        where it did not run or found no match, see ``Channel.no_match``), RRF (None outside
-        hybrid or for a chunk outside every fused pool), each ranking feature's and the
+        where it did not run or found no match, see ``Channel.no_match``), the fusion's under
+        its method's name (``rrf``; None outside hybrid or for a chunk outside every fused
+        pool), each ranking feature's and the
         ranking score (only when the stage ran; a feature that did not score the chunk: None)
         and rerank (None where it did not score the chunk)."""
         from rag.search.channels import is_match
@@ -366,7 +374,8 @@ class SearchPipeline:
             sc = channel_scores.get(name)
             scores[name] = (float(sc[i]) if sc is not None and is_match(sc[i], no_match[name])
                             else None)
-        scores["rrf"] = rrf_scores.get(i) if rrf_scores is not None else None
+        scores[self.options.fusion_method] = (fused_scores.get(i) if fused_scores is not None
+                                              else None)
         if ranking_values is not None:
             for key, vals in ranking_values.items():
                 scores[key] = vals.get(i)

@@ -130,6 +130,8 @@ def test_schema_keys_read_from_the_dataclasses_equal_the_structured_configs_keys
     ("fusion.identifier_weights.bm25=-0.5", r"fusion.identifier_weights.bm25"),
     ("fusion.weights={bm26:1}", r"fusion.weights.bm26"),
     ("search.fallback=bm26", r"search.fallback must be a channel of"),
+    ("fusion.method=borda", r"fusion.method must be one of \['combmnz', 'rrf', 'wsum'\]"),
+    ("fusion.norm=sigmoid", r"fusion.norm must be one of \['max', 'min-max', 'zmuv'\]"),
     ("ranking.features=[definition,nope]", r"ranking: unknown feature 'nope'"),
     ("ranking.file_saturation=0", r"ranking.file_saturation must be in \(0, 1\]"),
     ("ranking.priors.test=0", r"ranking.priors.test must be a finite number > 0"),
@@ -146,6 +148,27 @@ def test_the_ranking_defaults_have_one_source(compose):
     assert RankingOptions.from_config(cfg.ranking) == RankingOptions()
     assert RankingOptions.from_config(compose(["ranking=disabled"]).ranking).enabled is False
     validate(compose(["+sweep=ranking", "fusion.weights={dense:0.5}"]))
+
+
+def test_every_fusion_option_composes_into_the_search_options(compose):
+    from pathlib import Path
+
+    from rag.search.fusion import DEFAULT_METHOD, DEFAULT_NORM
+    from rag.search.pipeline import SearchOptions
+
+    base = SearchOptions.from_config(compose([]))
+    assert (base.fusion_method, base.fusion_norm) == (DEFAULT_METHOD, DEFAULT_NORM)
+    got = {}
+    for f in sorted((Path(PROJECT) / "conf" / "fusion").glob("*.yaml")):
+        cfg = compose([f"fusion={f.stem}"])
+        validate(cfg)
+        o = SearchOptions.from_config(cfg)
+        got[f.stem] = (o.fusion_method, o.fusion_norm, dict(o.fusion_weights))
+        # every option keeps the default's identifier weights
+        assert o.identifier_weights == base.identifier_weights
+    assert got == {"rrf": ("rrf", "min-max", {}), "wsum": ("wsum", "min-max", {}),
+                   "wsum_zmuv": ("wsum", "zmuv", {}), "combmnz": ("combmnz", "min-max", {}),
+                   "wsum_dense": ("wsum", "min-max", {"bm25": 0.3, "dense": 0.7})}
 
 
 def test_rerank_candidates_is_checked_only_where_a_reranker_runs(compose):

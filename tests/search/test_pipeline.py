@@ -51,6 +51,30 @@ def test_hybrid_fuses_only_the_candidate_pools(index):
         assert h.scores["bm25"] == (pytest.approx(s) if s > 0 else None)
 
 
+def test_wsum_fuses_normalised_scores_and_names_its_score(index):
+    query = "refund order money back"
+    p = SearchPipeline(index, SearchOptions(mode="hybrid", top_k=3, candidates=3,
+                                            fusion_method="wsum", min_dense=0.0,
+                                            weak_dense=0.0))
+    res = p.search(query, depth=40)
+    dense = index.dense.top(index.dense.scores(index.dense.embed_query(query)), 3)
+    from rag.index.bm25 import top_positive
+    bm25 = top_positive(index.bm25.score(query), 3)
+
+    def min_max(pairs):
+        lo, hi = min(s for _, s in pairs), max(s for _, s in pairs)
+        return {i: (s - lo) / (hi - lo) for i, s in pairs}
+
+    by_hand: dict[int, float] = {}
+    for pairs in (dense, bm25):
+        for i, v in min_max(pairs).items():
+            by_hand[i] = by_hand.get(i, 0.0) + v
+    expected = sorted(by_hand.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert [h.chunk_id for h in res.ranked] == [index.chunks[i].id for i, _ in expected]
+    assert [h.scores["wsum"] for h in res.ranked] == pytest.approx([s for _, s in expected])
+    assert "rrf" not in res.ranked[0].scores
+
+
 def test_bands_drop_and_flag(index):
     q = "who won the football world cup"
     top = SearchPipeline(index, SearchOptions(min_dense=0.0, weak_dense=0.0)).search(q).top_dense
