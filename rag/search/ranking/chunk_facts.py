@@ -43,17 +43,29 @@ def definition_pattern(name: str) -> re.Pattern[str]:
     * a function assigned to the name (Lua ``M.run = function(a)``, JavaScript
       ``exports.parse = function``);
     * a type signature starting a line (Haskell ``encode :: ToJSON a => a -> ByteString``,
-      indented in a ``class`` body).
+      indented in a ``class`` body);
+    * a module-level binding: the name at a line's first column (after ``export``/``pub`` and
+      ``const``/``let``/``var``/``static``/``val``), an optional type, then ``=`` (Python
+      ``EXCLUDE: typing.Final = "exclude"``, ``export const VERSION = "1"``, Rust ``pub const
+      MAX: usize = 8``); an indented binding is a local or a field, and an import
+      (``const std = @import("std")``, ``= require(...)``) is not a definition.
+
+    Every part stays within one line: a keyword that ends a comment (``# ... is a distinct
+    object``) does not define the name starting the next line.
     """
     n = re.escape(name)
+    # within one line: a keyword ending a comment line never defines the next line's name
     return re.compile(
-        rf"(?:^|(?<=\s))(?:{_KEYWORDS})\s+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::|:))*"
+        rf"(?:^|(?<=\s))(?:{_KEYWORDS})[ \t]+(?:[A-Za-z_][A-Za-z0-9_]*(?:\.|::|:))*"
         rf"{n}(?:\s|[<({{:\[;=]|$)"
-        rf"|(?:^|(?<=\s))(?:const|var)\s+{n}\s*(?::[^=\n;{{]{{0,200}})?=\s*"
-        rf"(?:extern\s+|packed\s+)?(?:struct|enum|union|opaque|error)\s*[({{]"
-        rf"|^(?:data|newtype)(?:\s+instance)?\s+{n}\b"
-        rf"|(?:^|(?<=\s))(?:[A-Za-z_][A-Za-z0-9_]*[.:])*{n}\s*=\s*function\b"
-        rf"|^[ \t]*{n}[ \t]*::[ \t]", re.MULTILINE)
+        rf"|(?:^|(?<=\s))(?:const|var)[ \t]+{n}[ \t]*(?::[^=\n;{{]{{0,200}})?=[ \t]*"
+        rf"(?:extern[ \t]+|packed[ \t]+)?(?:struct|enum|union|opaque|error)[ \t]*[({{]"
+        rf"|^(?:data|newtype)(?:[ \t]+instance)?[ \t]+{n}\b"
+        rf"|(?:^|(?<=\s))(?:[A-Za-z_][A-Za-z0-9_]*[.:])*{n}[ \t]*=[ \t]*function\b"
+        rf"|^[ \t]*{n}[ \t]*::[ \t]"
+        rf"|^(?:export[ \t]+|pub(?:\([^)\n]*\))?[ \t]+)?(?:(?:const|let|var|static|val)[ \t]+)?"
+        rf"{n}[ \t]*(?::[^=\n;]{{0,200}})?=(?![=>~])(?![ \t]*@?(?:import|require)\b)",
+        re.MULTILINE)
 
 
 def stem_forms(stem: str) -> set[str]:

@@ -89,9 +89,22 @@ def test_chunk_facts_name_stem_and_definition():
     # prose and values that look like the Haskell or Zig forms are not definitions
     ("model", "# load the data model first", False),
     ("race", "// avoid a data race", False),
-    ("message", "const message = error.message;", False),
-    ("err", "const err = error.OutOfMemory;", False),
+    ("message", "    const message = error.message;", False),
+    ("err", "    const err = error.OutOfMemory;", False),
     ("Value", "  data Value = Object", False),
+    # a module-level binding at a line's first column defines the name; a local, a field,
+    # a comparison, an arrow and an import do not
+    ("EXCLUDE", 'EXCLUDE: typing.Final = "exclude"', True),
+    ("missing", "missing = _Missing()", True),
+    ("VERSION", 'export const VERSION = "1.0";', True),
+    ("MAX", "pub const MAX: usize = 8;", True),
+    ("EXCLUDE", '    EXCLUDE = "exclude"', False),
+    ("x", "x == 3", False),
+    ("x", "x => 1", False),
+    ("path", 'const path = require("path");', False),
+    # a keyword ending a comment line does not define the name that starts the next line
+    ("load", "# Check load is a distinct object\n        load['foo'] = 'baz'", False),
+    ("Router", "see the class\nRouter(app)", False),
 ])
 def test_definitions_in_languages_rag_windows(name, text, defines):
     assert bool(definition_pattern(name).search(text)) is defines
