@@ -21,7 +21,9 @@ by more than the margin, else inconclusive). The per-query guard fails the gate 
 than ``max_severe_drops`` queries lose ``severe_drop`` of their reciprocal rank; the coverage
 guard (:func:`coverage_lost`) when the candidate lacks a query, a judgement, a tag or a gated
 metric the baseline has — two golden sets are paired on the queries whose per-query
-``judgement_digest`` (:func:`rag.eval.golden.judgement_digest`) agrees. Exit codes
+``judgement_digest`` (:func:`rag.eval.golden.judgement_digest`) agrees; the abstention
+guard (:func:`abstention_stopped`) when the candidate abstains on none of the shared
+negatives the baseline abstained on. Exit codes
 (:data:`EXIT_PASS`, :data:`EXIT_REGRESSION`, :data:`EXIT_CANNOT_COMPARE`,
 :data:`EXIT_INCONCLUSIVE`): 0 pass, 1 a regression (a check or the guard), 4 inconclusive,
 2 could not compare (a missing or ambiguous row, another corpus, another golden set
@@ -727,6 +729,15 @@ class GateResult:
     severe_drops: list[dict[str, Any]] | None = None
     # the coverage guard: what the baseline measured and the candidate lacks (coverage_lost)
     coverage_lost: list[dict[str, str]] = field(default_factory=list)
+    # the abstention guard: the shared negatives the baseline abstained on when the candidate
+    # abstains on none of them (it stopped abstaining); [] when it did not stop
+    abstention_stopped: list[str] = field(default_factory=list)
+
+    @property
+    def abstention_failed(self) -> bool:
+        """The candidate stopped abstaining: none of the shared negatives the baseline
+        abstained on (at least one) is abstained on."""
+        return bool(self.abstention_stopped)
 
     @property
     def coverage_failed(self) -> bool:
@@ -753,7 +764,8 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        if self.regressions or self.guard_failed or self.coverage_failed:
+        if self.regressions or self.guard_failed or self.coverage_failed \
+                or self.abstention_failed:
             return EXIT_REGRESSION
         return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_PASS
 
@@ -782,6 +794,8 @@ class GateResult:
                             "candidate": self.lost_at_candidate},
                 "severe_drops": self.severe_drops, "guard_failed": self.guard_failed,
                 "coverage_lost": self.coverage_lost, "coverage_failed": self.coverage_failed,
+                "abstention_stopped": self.abstention_stopped,
+                "abstention_failed": self.abstention_failed,
                 "changed_queries": self.changed, "notes": self.notes}
 
 
@@ -826,10 +840,29 @@ def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> Gat
     result.lost_at_baseline = _stage_counts(base, ids)
     result.lost_at_candidate = _stage_counts(cand, ids)
     result.severe_drops = severe_drops(base, cand, options.severe_drop)
+    result.abstention_stopped = abstention_stopped(base, cand)
     if result.severe_drops is None and options.max_severe_drops >= 0:
         result.notes.append("the per-query guard could not run: a side has no per-query "
                             "reciprocal ranks (mrr)")
     return result
+
+
+def abstention_stopped(base: Side, cand: Side) -> list[str]:
+    """The negatives both sides hold (:func:`paired_negatives`) that the baseline abstained on,
+    when the candidate abstains on none of them — it stopped abstaining, which fails the gate
+    however few negatives there are (a paired test on three negatives can never be
+    significant). [] when it did not stop, or a side has no per-negative abstention."""
+    ids = paired_negatives(base, cand)
+    if ids is None or len(ids) == 0:
+        return []
+    a = per_query_values(base.table("abstain_rate"), "abstain_rate", where=base.label)
+    b = per_query_values(cand.table("abstain_rate"), "abstain_rate", where=cand.label)
+    if a is None or b is None:
+        return []
+    kept = [str(q) for q in ids if float(a[q]) > 0]
+    if kept and not any(float(b[q]) > 0 for q in ids):
+        return sorted(kept)
+    return []
 
 
 def severe_drops(base: Side, cand: Side, drop: float) -> list[dict[str, Any]] | None:
@@ -935,6 +968,12 @@ def render_markdown(result: GateResult) -> str:
                          f"`{d['query_id']}` {d['rr_baseline']:.3f} -> {d['rr_candidate']:.3f}"
                          for d in r.severe_drops[:10])
                      + (", …" if len(r.severe_drops) > 10 else ""))
+    if r.abstention_failed:
+        n = len(r.abstention_stopped)
+        lines.append(f"Abstention stopped: the candidate abstains on none of the {n} "
+                     f"negative{'' if n == 1 else 's'} the baseline abstained on: "
+                     + ", ".join(f"`{q}`" for q in r.abstention_stopped[:10])
+                     + (", …" if n > 10 else ""))
     if r.coverage_failed:
         lines.append("Coverage lost: the candidate lacks what the baseline measured: "
                      + coverage_text(r.coverage_lost))
@@ -954,7 +993,8 @@ def render_markdown(result: GateResult) -> str:
             "neither decided: a regression not ruled out, or a gain not shown")
         lines.append(f"Inconclusive ({what}): " + "; ".join(
             inconclusive_text(c) for c in r.inconclusive))
-    if r.regressions or r.improvements or r.guard_failed or r.inconclusive or r.coverage_failed:
+    if r.regressions or r.improvements or r.guard_failed or r.inconclusive or r.coverage_failed \
+            or r.abstention_failed:
         lines.append("")
     lines += ["| check | baseline | candidate | Δ | margin | p | p (Holm) | 95% CI of Δ | n | verdict |",
               "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
@@ -1010,9 +1050,10 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         return _printable(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
     r = result
     guard = r.severe_drops is not None and r.options.max_severe_drops >= 0
-    fails = len(r.regressions) + int(r.guard_failed) + int(r.coverage_failed)
+    fails = (len(r.regressions) + int(r.guard_failed) + int(r.coverage_failed)
+             + int(r.abstention_failed))
     coverage_case = r.options.coverage or bool(r.coverage_lost)
-    n_tests = len(r.checks) + int(guard) + int(coverage_case)
+    n_tests = len(r.checks) + int(guard) + int(coverage_case) + int(r.abstention_failed)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
                           tests=str(n_tests), failures=str(fails), errors="0", skipped=str(len(r.inconclusive)))
@@ -1039,6 +1080,13 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
                      if r.severe_drops else ""))
         if r.guard_failed:
             ET.SubElement(case, "failure", message=detail, type="severe_drops").text = detail
+        ET.SubElement(case, "system-out").text = detail
+    if r.abstention_failed:  # the abstention guard: a test case when it fails
+        case = ET.SubElement(suite, "testcase", classname="rag.gate", name="abstention_stopped",
+                             time="0")
+        detail = ("the candidate abstains on none of the negatives the baseline abstained on: "
+                  + ", ".join(r.abstention_stopped))
+        ET.SubElement(case, "failure", message=detail, type="abstention_stopped").text = detail
         ET.SubElement(case, "system-out").text = detail
     if coverage_case:  # the coverage guard: its own test case (listed when it is off)
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="coverage", time="0")
@@ -1382,6 +1430,7 @@ def run(args: argparse.Namespace, rest: Sequence[str] = (),
               f"{len(result.improvements)} improvement(s)"
               + (f", {len(result.inconclusive)} inconclusive" if result.inconclusive else "")
               + (f", {len(result.severe_drops)} severe drop(s)" if result.guard_failed else "")
+              + (", abstention stopped" if result.abstention_failed else "")
               + (f", coverage lost: {coverage_text(result.coverage_lost, limit=3)}"
                  if result.coverage_failed else "")
               + f"); summary in {args.markdown}")

@@ -430,9 +430,27 @@ def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys,
     # the same positives, every one of 10 negatives now answered: paired over the negatives,
     # p = 2 / 2^10 (exact sign-flip) ~ 0.002, Holm x 5 checks < 0.05
     assert code == EXIT_REGRESSION, out
-    assert ("abstain_rate", True, False) in cases(root) and sum(f for _, f, _ in cases(root)) == 1
+    assert ("abstain_rate", True, False) in cases(root)
+    # ... and the abstention guard names the negatives it stopped abstaining on
+    assert ("abstention_stopped", True, False) in cases(root)
+    assert sum(f for _, f, _ in cases(root)) == 2
+    assert "Abstention stopped: the candidate abstains on none of the 10 negatives" in md
     line = next(ln for ln in md.splitlines() if ln.startswith("| `abstain_rate`"))
     assert "| 1.0000 | 0.0000 | -1.0000 |" in line and "| 10 |" in line
+    # three negatives: no paired test can be significant (exact p = 2 / 2^3 = 0.25), yet a
+    # candidate that abstains on none of them fails, by the guard
+    base3 = row("abstains3", table(), csv=with_negatives([True] * 3))
+    lost3 = row("never3", table(), csv=with_negatives([False] * 3))
+    code, out, err, root, md = gate([base3, lost3, "--tracking-uri", uri, "--json"], capsys,
+                                    tmp_path)
+    got = json.loads(out)
+    assert code == EXIT_REGRESSION and got["abstention_stopped"] == ["neg-0", "neg-1", "neg-2"]
+    assert got["regressions"] == [] and ("abstention_stopped", True, False) in cases(root)
+    # one negative still abstained on: not stopped (the paired test decides the rest)
+    some = row("some3", table(), csv=with_negatives([False, False, True]))
+    code, out, err, root, md = gate([base3, some, "--tracking-uri", uri, "--json"], capsys,
+                                    tmp_path)
+    assert json.loads(out)["abstention_stopped"] == [] and code != EXIT_REGRESSION
     # negatives that share no id are said, never silently left out
     renamed = row("renamed", table(), csv=with_negatives([False] * 10).replace("neg-", "other-"))
     code, out, err, root, md = gate([base, renamed, "--tracking-uri", uri], capsys, tmp_path)
