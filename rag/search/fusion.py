@@ -1,11 +1,12 @@
 """Fusion of the channels' rankings: a registry of methods (``fusion.method``).
 
-- ``rrf`` (the default), Reciprocal Rank Fusion: ``score(d) = sum over channels c that ranked d
+- ``rrf``, Reciprocal Rank Fusion: ``score(d) = sum over channels c that ranked d
   of w_c / (k + rank_c(d))``, ranks 1-based, k = 60 by default (Cormack, Clarke, Büttcher,
   "Reciprocal rank fusion outperforms Condorcet and individual rank learning methods",
   SIGIR 2009); reads ranks only.
-- ``wsum``, a weighted sum of normalised scores (CombSUM with weights; a convex combination
-  when the weights sum to 1, Bruch, Gai, Ingber, "An Analysis of Fusion Functions for Hybrid
+- ``wsum`` (the default since 2026-12-06, experiments/fusion.md), a weighted sum of
+  normalised scores (CombSUM with weights; a convex combination when the weights sum to 1,
+  Bruch, Gai, Ingber, "An Analysis of Fusion Functions for Hybrid
   Retrieval", ACM TOIS 2023): ``score(d) = sum over channels c that ranked d of
   w_c * norm_c(s_c(d))``, each channel's scores normalised over the candidates it returned
   for the query, a channel that did not return d adding 0 (ranx's ``fuse(..., method="wsum",
@@ -28,7 +29,7 @@ import numpy as np
 K = TypeVar("K", bound=Hashable)
 
 #: the defaults of ``fusion.method`` and ``fusion.norm`` (the one place they are written)
-DEFAULT_METHOD = "rrf"
+DEFAULT_METHOD = "wsum"
 DEFAULT_NORM = "min-max"
 
 #: one channel's ranking of one query: (item, score) pairs, best first

@@ -34,7 +34,8 @@ def test_pipeline_routes_to_and_fuses_any_channel(fixture_repo):
     assert [h.chunk_id for h in grep.ranked] == [idx.chunks[i].id for i in order][:len(grep.ranked)]
     assert all(h.scores["grep"] == pytest.approx(expected[idx.chunks.index(
         next(c for c in idx.chunks if c.id == h.chunk_id))]) for h in grep.ranked)
-    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "grep"))).search(q, depth=5)
+    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "grep"),
+                                                  fusion_method="rrf")).search(q, depth=5)
     bm25_rank = idx.bm25.search(q, 40)
     want = rrf({"bm25": [i for i, _ in bm25_rank], "grep": list(order)}, k=60)
     assert [h.chunk_id for h in fused.ranked[:3]] == [idx.chunks[i].id for i, _ in want[:3]]
@@ -112,7 +113,8 @@ def test_a_new_channel_is_one_class_in_the_registry(fixture_repo, monkeypatch):
     alone = SearchPipeline(idx, SearchOptions(mode="lines", top_k=3)).search(q, depth=5)
     assert [h.chunk_id for h in alone.ranked] == [idx.chunks[i].id for i in order][:len(alone.ranked)]
     assert alone.ranked[0].scores["lines"] == expect[order[0]] and alone.ranked[0].scores["bm25"] is None
-    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "lines"))).search(q)
+    fused = SearchPipeline(idx, SearchOptions(mode="hybrid", fuse=("bm25", "lines"),
+                                                  fusion_method="rrf")).search(q)
     want = rrf({"bm25": [i for i, _ in idx.bm25.search(q, 40)], "lines": order[:40]}, k=60)
     assert [h.chunk_id for h in fused.ranked] == [idx.chunks[i].id for i, _ in want[:8]]
     assert fused.ranked[0].scores["rrf"] == pytest.approx(want[0][1])

@@ -21,7 +21,7 @@ def test_routes_and_channel_scores(index):
     sym = p.search("handleAuthCallback")
     assert sym.route == "bm25" and sym.top_dense is None
     assert sym.hits[0].symbol == "handleAuthCallback"
-    assert sym.hits[0].scores["dense"] is None and sym.hits[0].scores["rrf"] is None
+    assert sym.hits[0].scores["dense"] is None and sym.hits[0].scores["wsum"] is None
     assert sym.hits[0].scores["bm25"] > 0
     prose = p.search("give money back for a cancelled order")
     assert prose.route == "dense" and prose.hits[0].scores["bm25"] is None
@@ -33,7 +33,8 @@ def test_hybrid_fuses_only_the_candidate_pools(index):
     wide = SearchPipeline(index, SearchOptions(mode="hybrid", top_k=2, candidates=40,
                                                min_dense=0.0, weak_dense=0.0)).search(query)
     narrow = SearchPipeline(index, SearchOptions(mode="hybrid", top_k=2, candidates=2,
-                                                 min_dense=0.0, weak_dense=0.0))
+                                                 fusion_method="rrf", min_dense=0.0,
+                                                 weak_dense=0.0))
     res = narrow.search(query, depth=40)
     # with 2 candidates per channel at most 4 chunks can be fused
     assert len(res.ranked) <= 4
