@@ -623,8 +623,8 @@ def check_command(args: argparse.Namespace) -> int:
         golden = load_golden(golden_dir)
         view = corpus_view_from_config(cfg)
     except GoldenError as exc:
-        print(f"error: cannot read the golden set: {len(exc.problems)} problem(s): "
-              + "; ".join(exc.problems), file=sys.stderr)
+        print(f"error: cannot read the golden set: {len(exc.problems)} problem(s):\n  "
+              + "\n  ".join(exc.problems), file=sys.stderr)
         return 2
     except (ValueError, OSError, RunError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -797,8 +797,8 @@ def stats_command(args: argparse.Namespace) -> int:
             golden_dir = golden_dir_for(_config_for(None, None))
         golden = load_golden(golden_dir)
     except GoldenError as exc:
-        print(f"error: cannot read the golden set: {len(exc.problems)} problem(s): "
-              + "; ".join(exc.problems), file=sys.stderr)
+        print(f"error: cannot read the golden set: {len(exc.problems)} problem(s):\n  "
+              + "\n  ".join(exc.problems), file=sys.stderr)
         return 2
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

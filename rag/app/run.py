@@ -61,17 +61,19 @@ def check_golden_corpus(golden_dir: Path, corpus_name: str, *, allow_mismatch: b
 
 
 def golden_dir_for(cfg: DictConfig) -> Path:
-    """``eval.golden_dir`` made absolute (from the project root), with one fallback for a
-    ``corpus.path`` run: when ``eval.golden_dir`` was not set (it is still its default,
+    """``eval.golden_dir`` made absolute (from the project root), with one fallback for a run
+    of another corpus (``corpus.path``, ``corpus.sdist``, ``corpus.npm``): when
+    ``eval.golden_dir`` was not set (it is still its default,
     ``${corpus.golden_dir}``, e.g. the default corpus group's ``golden/flask``) and the labels
     there are missing or name another corpus (the run would be refused), ``golden/<corpus.name>``
     under the project root is used if it holds a ``queries.yaml`` whose ``corpus:`` is this
     corpus or unset -- where ``rag golden init --path DIR`` writes them. So
-    ``python -m rag.run corpus.path=DIR`` finds ``golden/<DIR's name>/``; labels that would
-    be accepted are never replaced, and an explicit ``eval.golden_dir`` always wins."""
+    ``python -m rag.run corpus.path=DIR`` finds ``golden/<DIR's name>/`` and
+    ``"corpus.sdist='marshmallow==4.4.0'"`` finds ``golden/marshmallow-4.4.0/``; labels that
+    would be accepted are never replaced, and an explicit ``eval.golden_dir`` always wins."""
     configured = expand_path(cfg.eval.golden_dir, base=project_root()) if cfg.eval.golden_dir else None
     raw = OmegaConf.to_container(cfg.eval, resolve=False).get("golden_dir")
-    if not cfg.corpus.path or raw != "${corpus.golden_dir}":
+    if raw != "${corpus.golden_dir}":
         return configured
     name = str(cfg.corpus.name)
     if configured is not None and _labelled_corpus(configured) in (None, name):
@@ -216,7 +218,9 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         v = metrics.get(k)
         return "n/a" if v is None or v != v else f"{v:.3f}"
 
-    print(f"  ranking (before abstention, to depth {cfg.eval.depth}):", file=out)
+    print(f"  ranking (before abstention, to depth {cfg.eval.depth}; ranks count units, a "
+          "file's unlabelled chunks once — golden/README.md, the unit rule — so Recall@k can "
+          "reach past the top_k chunks returned):", file=out)
     print("    " + "  ".join(f"Recall@{k} {p(f'recall_at_{k}'):.3f}" for k in ks), file=out)
     print("    " + "  ".join(f"hit@{k} {p(f'hit_at_{k}'):.3f}" for k in ks), file=out)
     print(f"    MRR {p('mrr'):.3f}  nDCG@{cfg.eval.ndcg_k} {p(f'ndcg_at_{cfg.eval.ndcg_k}'):.3f}  "
@@ -238,7 +242,7 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
               + "  at " + " / ".join(f"{b:,}" for b in TOKEN_BUDGETS) + " tokens", file=out)
     if "bpref" in metrics:
         print(f"    bpref {p('bpref'):.3f}  condensed nDCG@10 {p('condensed_ndcg_at_10'):.3f}  condensed MRR {p('condensed_mrr'):.3f}  (unjudged units ignored: Buckley & Voorhees 2004, Sakai 2007)", file=out)  # noqa: E501
-    print("  returned (after abstention, top_k):", file=out)
+    print(f"  returned (after abstention, the top_k = {cfg.search.top_k} chunks):", file=out)
     print(f"    answer_support_rate {p('answer_support_rate'):.3f}  dropped_rate "
           f"{p('dropped_rate'):.3f}  false_weak_rate {p('false_weak_rate'):.3f}  abstain_rate "
           f"(negatives) " + (f"{metrics['abstain_rate']:.3f}" if "abstain_rate" in metrics

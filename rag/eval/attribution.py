@@ -11,8 +11,9 @@ not_in_candidates     is in no channel's candidates (each channel's top ``search
                       chunks on a hybrid route, the channel's ranking pool on a single-channel
                       route; a type filter that leaves nothing makes nothing a candidate)
 fused_out             is in at least one channel's candidates, but the first stage's ranking
-                      (RRF fusion; on a single-channel route that channel's own order) put it
-                      below ``top_k`` and no reranker brought it back
+                      (the fusion; on a single-channel route that channel's own order; then
+                      the ranking stage) put it below ``top_k`` and no reranker brought it
+                      back
 reranked_out          was in the first stage's top ``top_k``; the reranker moved it out
 abstained             is in the final top ``top_k``, but abstention dropped the answer or
                       flagged it ``weak_match`` (``returned_as`` says which)
@@ -61,7 +62,8 @@ STAGES: tuple[str, ...] = tuple(s.value for s in Stage)
 STAGE_HELP: dict[str, str] = {
     Stage.NOT_IN_CANDIDATES.value: "in no channel's candidates",
     Stage.FUSED_OUT.value: "in a channel's candidates, ranked below top_k by the first stage "
-                           "(fusion)",
+                           "(the fusion, or a single-channel route's own order, then the "
+                           "ranking stage)",
     Stage.RERANKED_OUT.value: "in the first stage's top_k, moved out by the reranker",
     Stage.ABSTAINED.value: "in the final top_k, dropped or flagged weak by abstention",
     Stage.RETURNED.value: "returned to the caller",

@@ -448,6 +448,27 @@ def _check_units(labels: list[Label], where: str, qid: Any, what: str,
         problems.append(f"{where}: query {qid!r} repeats a label ({what})")
 
 
+
+#: the keys a query of queries.yaml / a negative of negatives.yaml may have (``__line__``: the
+#: loader's own line number)
+QUERY_KEYS = frozenset({"id", "query", "tags", "types", "relevant", "not_relevant", "note",
+                        "source", "unresolved", "__line__"})
+NEGATIVE_KEYS = frozenset({"id", "query", "tags", "note", "__line__"})
+
+
+def _unknown_keys(extra: set, known: frozenset[str]) -> str:
+    """``unknown key(s) ['relevent'] (did you mean 'relevant'?)``: the closest known key of
+    each unknown one, by :func:`difflib.get_close_matches`."""
+    import difflib
+
+    shown = sorted(str(k) for k in extra)
+    hints = [f"{k!r} -> {m[0]!r}" for k in shown
+             if (m := difflib.get_close_matches(k, sorted(known - {"__line__"}), n=1,
+                                                cutoff=0.6))]
+    return (f"unknown key(s) {shown}"
+            + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+
+
 def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 corpus_symbols: Iterable[tuple[str, str]] | None = None,
                 units: CorpusUnits | None = None) -> GoldenSet:
@@ -526,10 +547,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 problems.append(f"{qpath}: every entry of 'queries' must be a mapping")
                 continue
             where = f"{qpath}:{item.get('__line__', '?')}"
-            extra = set(item) - {"id", "query", "tags", "types", "relevant", "not_relevant",
-                                 "note", "source", "unresolved", "__line__"}
+            extra = set(item) - QUERY_KEYS
             if extra:
-                problems.append(f"{where}: unknown key(s) {sorted(extra)}")
+                problems.append(f"{where}: {_unknown_keys(extra, QUERY_KEYS)}")
             qid = item.get("id")
             missing = [k for k in ("id", "query") if k not in item]
             if missing:
@@ -608,9 +628,9 @@ def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,
                 problems.append(f"{npath}: every entry of 'negatives' must be a mapping")
                 continue
             where = f"{npath}:{item.get('__line__', '?')}"
-            extra = set(item) - {"id", "query", "tags", "note", "__line__"}
+            extra = set(item) - NEGATIVE_KEYS
             if extra:
-                problems.append(f"{where}: unknown key(s) {sorted(extra)}")
+                problems.append(f"{where}: {_unknown_keys(extra, NEGATIVE_KEYS)}")
             qid = item.get("id")
             tags = _tags(item.get("tags"), where, problems)
             if check_id(qid, where) & check_query(item.get("query"), where, qid):

@@ -247,7 +247,7 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
     ("queries:\n  - {id: a, query: x, relevant: []}\n", "negatives: []\n", "'relevant'"),
     # unknown keys: query, label, negative
     ("queries:\n  - {id: a, query: x, relevent: [], relevant: [{path: a.py}]}\n",
-     "negatives: []\n", "unknown key(s) ['relevent']"),
+     "negatives: []\n", "unknown key(s) ['relevent'] (did you mean 'relevent' -> 'relevant'?)"),
     ("queries:\n  - {id: a, query: x, relevant: [{path: a.py, grde: 2}]}\n",
      "negatives: []\n", "unknown label key(s) ['grde']"),
     ("queries:\n  - {id: a, query: x, relevant: [{path: a.py}]}\n",

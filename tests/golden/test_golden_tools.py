@@ -119,6 +119,12 @@ def test_bare_corpus_path_run_finds_the_scaffold(tmp_path, project, fixture_repo
     other = write_tree(tmp_path / "other", {"a.py": "def f():\n    pass\n"})
     cfg = compose(_bm25_overrides(tmp_path, other))
     assert run_mod.golden_dir_for(cfg) == project / "golden" / "flask"
+    # a PyPI sdist named on the command line finds golden/<name>-<version>/ the same way
+    own = project / "golden" / "marshmallow-4.4.0"
+    own.mkdir(parents=True)
+    (own / "queries.yaml").write_text("corpus: marshmallow-4.4.0\nqueries: []\n")
+    cfg = compose(["corpus.sdist='marshmallow==4.4.0'"])
+    assert cfg.corpus.name == "marshmallow-4.4.0" and run_mod.golden_dir_for(cfg) == own
 
 
 # ------------------------------------------------------------------------------------ check
@@ -189,6 +195,24 @@ def test_check_is_clean_on_the_labelled_corpus(fixture_repo, labels, capsys):
     assert main(["golden", "check", "--path", str(fixture_repo), "--golden", str(labels)]) == 0
     out = capsys.readouterr().out
     assert "ok: every label resolves" in out and "8 labels" in out
+
+
+def test_check_lists_a_broken_golden_set_one_problem_a_line(tmp_path, fixture_repo, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "queries.yaml").write_text(
+        "queries:\n"
+        "  - {id: a, query: refunds, relevent: [{path: src/shop/payments.py}]}\n"
+        "  - {id: a, query: carts, relevant: [{path: src/shop/cart.py}]}\n")
+    (bad / "negatives.yaml").write_text("negatives: []\n")
+    assert main(["golden", "check", "--path", str(fixture_repo), "--golden", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: cannot read the golden set: ") and err[0].endswith(
+        "problem(s):")
+    problems = [ln.strip() for ln in err[1:]]
+    assert len(problems) >= 3 and all(ln.startswith(str(bad / "queries.yaml")) for ln in problems)
+    assert any("did you mean 'relevent' -> 'relevant'?" in ln for ln in problems)
+    assert any("duplicate id 'a'" in ln for ln in problems)
 
 
 def test_check_reports_label_rot_with_suggestions(tmp_path, labels, capsys):
