@@ -71,6 +71,9 @@ class Label:
         digest: a span label's optional ``digest:`` (:func:`span_digest` of its lines when
             it was labelled), so ``rag golden check`` can tell a span whose text moved
             inside its file (and where to) from a correct one.
+        line: the label's own line in ``queries.yaml`` (0 when not read from a file), so
+            ``rag golden check`` and the loader name the same line; never part of its
+            identity.
         source: how this judgement was made, when the label says: ``hand``,
             ``mined:<how> <detail>`` (a miner's proposal accepted in review) or
             ``review:<how>`` (``review:pool``: a pooled hit judged in ``rag golden review``).
@@ -83,6 +86,8 @@ class Label:
     spans: Ranges = ()
     digest: str | None = None
     source: str | None = field(default=None, compare=False)  # provenance, not identity
+    # the label's own line in queries.yaml (0: not read from a file), for messages
+    line: int = field(default=0, compare=False)
 
     @property
     def unit(self) -> str:
@@ -433,8 +438,9 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
         spans = (lines,)
     elif symbol and units is not None:
         spans = units.symbol_lines.get((path, symbol), ())
+    line = lab.get("__line__", 0)
     return Label(path=path, symbol=symbol, grade=grade, lines=lines, spans=spans,
-                 digest=digest, source=source)
+                 digest=digest, source=source, line=line if isinstance(line, int) else 0)
 
 
 def _check_units(labels: list[Label], where: str, qid: Any, what: str,

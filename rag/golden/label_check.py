@@ -308,9 +308,10 @@ def check_golden(golden, view: CorpusView) -> list[LabelProblem]:
     qfile = Path(golden.directory) / "queries.yaml"
     problems = []
     for q in golden.positives:
-        where = f"{qfile}:{q.line}"
         for field_name in ("relevant", "not_relevant"):
             for lab in getattr(q, field_name, None) or ():
+                # the label's own line, as the loader names it (the query's when unknown)
+                where = f"{qfile}:{getattr(lab, 'line', 0) or q.line}"
                 p = check_label(view, lab, where=where, query_id=q.id, field_name=field_name)
                 if p is not None:
                     problems.append(p)

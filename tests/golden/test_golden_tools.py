@@ -249,6 +249,11 @@ def test_check_reports_label_rot_with_suggestions(tmp_path, labels, capsys):
     assert got["tests/test_cart.py"]["kind"] == "path_missing"
     assert got["tests/test_cart.py"]["suggestions"] == []
     assert all(p["where"].startswith(str(labels / "queries.yaml") + ":") for p in rep["problems"])
+    # each problem names its label's own line (as the run's loader does), not its query's
+    text_lines = (labels / "queries.yaml").read_text().splitlines()
+    for p in rep["problems"]:
+        n = int(p["where"].rsplit(":", 1)[1])
+        assert f"path: {p['label'].split('#')[0]}" in text_lines[n - 1], (p, text_lines[n - 1])
     # the same as text
     assert main(["golden", "check", "--path", str(repo), "--golden", str(labels)]) == 1
     text = capsys.readouterr().out
