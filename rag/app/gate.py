@@ -100,6 +100,9 @@ class GateOptions:
             is gated for **non-inferiority** (module docstring).
         coverage: the coverage guard: a query (or its judgement), a tag or a gated metric
             that the baseline has and the candidate lacks fails the gate, by name.
+        abstention_guard: the abstention guard (:func:`abstention_stopped`), when
+            ``abstain_rate`` is gated: a candidate that abstains on none of the shared
+            negatives, where the baseline abstained on at least one, fails the gate.
         sequential: decide each paired check by an anytime-valid confidence sequence of
             the per-query differences (:func:`rag.eval.significance.
             betting_confidence_sequence`, at ``alpha`` / the number of checks: Bonferroni)
@@ -120,6 +123,7 @@ class GateOptions:
     max_severe_drops: int = 0
     superior: tuple[str, ...] = ()
     coverage: bool = True
+    abstention_guard: bool = True
     sequential: bool = False
 
     def margin_for(self, metric: str) -> float:
@@ -730,13 +734,14 @@ class GateResult:
     # the coverage guard: what the baseline measured and the candidate lacks (coverage_lost)
     coverage_lost: list[dict[str, str]] = field(default_factory=list)
     # the abstention guard: the shared negatives the baseline abstained on when the candidate
-    # abstains on none of them (it stopped abstaining); [] when it did not stop
-    abstention_stopped: list[str] = field(default_factory=list)
+    # abstains on none of the shared negatives (it stopped abstaining); [] when it did not
+    # stop; None when the guard did not run (off, abstain_rate not gated, no shared negative)
+    abstention_stopped: list[str] | None = None
 
     @property
     def abstention_failed(self) -> bool:
-        """The candidate stopped abstaining: none of the shared negatives the baseline
-        abstained on (at least one) is abstained on."""
+        """The candidate stopped abstaining: it abstains on none of the shared negatives,
+        and the baseline abstained on at least one (named in :attr:`abstention_stopped`)."""
         return bool(self.abstention_stopped)
 
     @property
@@ -840,25 +845,28 @@ def compare(base: Side, cand: Side, options: GateOptions = GateOptions()) -> Gat
     result.lost_at_baseline = _stage_counts(base, ids)
     result.lost_at_candidate = _stage_counts(cand, ids)
     result.severe_drops = severe_drops(base, cand, options.severe_drop)
-    result.abstention_stopped = abstention_stopped(base, cand)
+    if options.abstention_guard and any(c.metric == "abstain_rate" for c in result.checks):
+        result.abstention_stopped = abstention_stopped(base, cand)
     if result.severe_drops is None and options.max_severe_drops >= 0:
         result.notes.append("the per-query guard could not run: a side has no per-query "
                             "reciprocal ranks (mrr)")
     return result
 
 
-def abstention_stopped(base: Side, cand: Side) -> list[str]:
-    """The negatives both sides hold (:func:`paired_negatives`) that the baseline abstained on,
-    when the candidate abstains on none of them — it stopped abstaining, which fails the gate
-    however few negatives there are (a paired test on three negatives can never be
-    significant). [] when it did not stop, or a side has no per-negative abstention."""
+def abstention_stopped(base: Side, cand: Side) -> list[str] | None:
+    """When the candidate abstains on none of the negatives both sides hold
+    (:func:`paired_negatives`) and the baseline abstained on at least one — it stopped
+    abstaining, which fails the gate however few negatives there are (a paired test on three
+    negatives can never be significant) — the ones the baseline abstained on, sorted. []
+    when it did not stop; None when it cannot tell (no shared negative, or a side without
+    per-negative abstention)."""
     ids = paired_negatives(base, cand)
     if ids is None or len(ids) == 0:
-        return []
+        return None
     a = per_query_values(base.table("abstain_rate"), "abstain_rate", where=base.label)
     b = per_query_values(cand.table("abstain_rate"), "abstain_rate", where=cand.label)
     if a is None or b is None:
-        return []
+        return None
     kept = [str(q) for q in ids if float(a[q]) > 0]
     if kept and not any(float(b[q]) > 0 for q in ids):
         return sorted(kept)
@@ -970,8 +978,8 @@ def render_markdown(result: GateResult) -> str:
                      + (", …" if len(r.severe_drops) > 10 else ""))
     if r.abstention_failed:
         n = len(r.abstention_stopped)
-        lines.append(f"Abstention stopped: the candidate abstains on none of the {n} "
-                     f"negative{'' if n == 1 else 's'} the baseline abstained on: "
+        lines.append(f"Abstention stopped: the candidate abstains on none of the shared "
+                     f"negatives; the baseline abstained on {n}: "
                      + ", ".join(f"`{q}`" for q in r.abstention_stopped[:10])
                      + (", …" if n > 10 else ""))
     if r.coverage_failed:
@@ -1053,7 +1061,8 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
     fails = (len(r.regressions) + int(r.guard_failed) + int(r.coverage_failed)
              + int(r.abstention_failed))
     coverage_case = r.options.coverage or bool(r.coverage_lost)
-    n_tests = len(r.checks) + int(guard) + int(coverage_case) + int(r.abstention_failed)
+    abstention_case = r.abstention_stopped is not None
+    n_tests = len(r.checks) + int(guard) + int(coverage_case) + int(abstention_case)
     suite = ET.SubElement(root, "testsuite",
                           name=f"rag gate {r.candidate.label} vs {r.baseline.label}",
                           tests=str(n_tests), failures=str(fails), errors="0", skipped=str(len(r.inconclusive)))
@@ -1081,12 +1090,14 @@ def render_junit(result: GateResult | None, *, error: str | None = None,
         if r.guard_failed:
             ET.SubElement(case, "failure", message=detail, type="severe_drops").text = detail
         ET.SubElement(case, "system-out").text = detail
-    if r.abstention_failed:  # the abstention guard: a test case when it fails
+    if abstention_case:  # the abstention guard: its own test case whenever it ran
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="abstention_stopped",
                              time="0")
-        detail = ("the candidate abstains on none of the negatives the baseline abstained on: "
-                  + ", ".join(r.abstention_stopped))
-        ET.SubElement(case, "failure", message=detail, type="abstention_stopped").text = detail
+        detail = ("the candidate abstains on none of the shared negatives; the baseline "
+                  "abstained on: " + ", ".join(r.abstention_stopped)) if r.abstention_failed \
+            else "the candidate still abstains on a shared negative (or the baseline on none)"
+        if r.abstention_failed:
+            ET.SubElement(case, "failure", message=detail, type="abstention_stopped").text = detail
         ET.SubElement(case, "system-out").text = detail
     if coverage_case:  # the coverage guard: its own test case (listed when it is off)
         case = ET.SubElement(suite, "testcase", classname="rag.gate", name="coverage", time="0")
@@ -1159,6 +1170,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sequential", action="store_true",
                    help="decide each check by an anytime-valid confidence sequence (valid "
                         "whenever it is read), saying after how many queries it was decided")
+    p.add_argument("--no-abstention-guard", dest="abstention_guard", action="store_false",
+                   help="do not fail when the candidate abstains on none of the shared "
+                        "negatives the baseline abstained on (abstain_rate is still gated)")
     p.add_argument("--no-coverage-guard", dest="coverage", action="store_false",
                    help="do not fail when the candidate lacks queries, tags or gated metrics "
                         "the baseline has (they are still listed)")
@@ -1230,6 +1244,7 @@ def options_from_args(args: argparse.Namespace) -> GateOptions:
         superior = metrics
     return GateOptions(metrics=metrics, margin=margin, margins=tuple(sorted(margins.items())),
                        superior=superior, coverage=getattr(args, "coverage", d.coverage),
+                       abstention_guard=getattr(args, "abstention_guard", d.abstention_guard),
                        sequential=bool(getattr(args, "sequential", False)),
                        alpha=args.alpha, per_tag=bool(args.per_tag or tags), tags=tags,
                        severe_drop=drop,

@@ -86,15 +86,20 @@ def train_loro(rows: Sequence[RepoRows], out: Path, *, overrides: Sequence[str],
 
     if len(rows) < 2:
         raise ValueError("leave-one-repository-out needs at least 2 repositories")
+    from rag.app.search_cli import compose_config
+
     rounds = ROUNDS if rounds is None else rounds
+    # the first_stage column reads the fused scores: the model is only valid under this fusion
+    fusion = str(compose_config(["dataset=semble", *overrides]).fusion.method)
     log: dict[str, Any] = {"format": MODEL_FORMAT, "columns": list(COLUMNS),
-                           "overrides": list(overrides), "rounds": rounds, "folds": []}
+                           "overrides": list(overrides), "fusion": fusion, "rounds": rounds,
+                           "folds": []}
     for held in [*rows, None]:
         train_on = [r for r in rows if r is not held]
         prov = {"held_out": None if held is None else held.repo,
                 "train_repos": [r.repo for r in train_on],
                 "train_queries": {r.repo: r.queries for r in train_on},
-                "overrides": list(overrides)}
+                "overrides": list(overrides), "fusion": fusion}
         model = train([g for r in train_on for g in r.groups], provenance=prov, rounds=rounds)
         path = out / ("all.json" if held is None else f"loro/{held.repo}.json")
         model.save(path)

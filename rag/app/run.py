@@ -70,18 +70,21 @@ def golden_dir_for(cfg: DictConfig) -> Path:
     corpus or unset -- where ``rag golden init --path DIR`` writes them. So
     ``python -m rag.run corpus.path=DIR`` finds ``golden/<DIR's name>/`` and
     ``"corpus.sdist='marshmallow==4.4.0'"`` finds ``golden/marshmallow-4.4.0/``; labels that
-    would be accepted are never replaced, and an explicit ``eval.golden_dir`` always wins."""
+    would be accepted are never replaced, and an explicit ``eval.golden_dir`` or a dataset's
+    own labels (``dataset=beir|trec|semble``) always win."""
     configured = expand_path(cfg.eval.golden_dir, base=project_root()) if cfg.eval.golden_dir else None
     raw = OmegaConf.to_container(cfg.eval, resolve=False).get("golden_dir")
-    if raw != "${corpus.golden_dir}":
-        return configured
+    fmt = OmegaConf.select(cfg, "dataset.format")
+    if raw != "${corpus.golden_dir}" or str(getattr(fmt, "value", fmt) or "none") != "none":
+        return configured  # an explicit golden_dir, or a dataset's own converted labels
     name = str(cfg.corpus.name)
-    if configured is not None and _labelled_corpus(configured) in (None, name):
-        return configured
+    if configured is not None and (not configured.exists()
+                                   or _labelled_corpus(configured) in (None, name)):
+        return configured  # labels it accepts, or a folder not made yet (the run says so)
     own = project_root() / "golden" / name
     if (own / "queries.yaml").is_file() and _labelled_corpus(own) in (None, name):
-        print(f"eval.golden_dir: {own} (the labels of corpus {name!r}; "
-              f"{configured} labels another corpus)", file=sys.stderr)
+        print(f"eval.golden_dir: {own} (the labels of corpus {name!r}; {configured} labels "
+              "another corpus)", file=sys.stderr)
         return own
     return configured
 
@@ -201,7 +204,9 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
         print(f"  corpus {cfg.corpus.name}"
               + (f" (content={content})" if content != "all" else "")
               + f"  mode={mode} prose_mode={prose} "
-              f"top_k={cfg.search.top_k} rrf_k={cfg.fusion.rrf_k} "
+              f"top_k={cfg.search.top_k} fusion={cfg.fusion.method}"
+              + (f" rrf_k={cfg.fusion.rrf_k} " if cfg.fusion.method == "rrf" else
+                 f" norm={cfg.fusion.norm} ")
               + ("ranking=off " if not cfg.ranking.enabled else
                  f"file_saturation={saturation:g} " if saturation < 1 else "")
               + f"rerank={getattr(cfg.rerank.kind, 'value', cfg.rerank.kind) if cfg.rerank.enabled else 'off'} "

@@ -387,7 +387,8 @@ def _parse_label(lab: Any, *, qid: Any, qpath: Path, what: str, problems: list[s
         return None
     lextra = set(lab) - _LABEL_KEYS
     if lextra:
-        problems.append(f"{lwhere}: query {qid!r}: unknown label key(s) {sorted(lextra)}")
+        problems.append(f"{lwhere}: query {qid!r}: "
+                        f"{_unknown_keys(lextra, _LABEL_KEYS, what='label key')}")
     path, symbol, grade = lab["path"], lab.get("symbol"), lab.get("grade", 1)
     if not isinstance(grade, int) or isinstance(grade, bool) or grade < 1:
         problems.append(f"{lwhere}: query {qid!r}: grade must be an integer >= 1")
@@ -462,17 +463,16 @@ QUERY_KEYS = frozenset({"id", "query", "tags", "types", "relevant", "not_relevan
 NEGATIVE_KEYS = frozenset({"id", "query", "tags", "note", "__line__"})
 
 
-def _unknown_keys(extra: set, known: frozenset[str]) -> str:
-    """``unknown key(s) ['relevent'] (did you mean 'relevant'?)``: the closest known key of
-    each unknown one, by :func:`difflib.get_close_matches`."""
+def _unknown_keys(extra: set, known: "frozenset[str] | set[str]", what: str = "key") -> str:
+    """``unknown key(s) ['relevent'] ('relevent': did you mean 'relevant'?)``: the closest
+    known key of each unknown one, by :func:`difflib.get_close_matches`."""
     import difflib
 
     shown = sorted(str(k) for k in extra)
-    hints = [f"{k!r} -> {m[0]!r}" for k in shown
-             if (m := difflib.get_close_matches(k, sorted(known - {"__line__"}), n=1,
+    hints = [f"{k!r}: did you mean {m[0]!r}?" for k in shown
+             if (m := difflib.get_close_matches(k, sorted(set(known) - {"__line__"}), n=1,
                                                 cutoff=0.6))]
-    return (f"unknown key(s) {shown}"
-            + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+    return f"unknown {what}(s) {shown}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def load_golden(directory: Path, *, corpus_paths: Iterable[str] | None = None,

@@ -8,7 +8,8 @@ import pandas as pd
 
 COLUMNS = ("mrr", "recall_at_8", "tag.prose.recall_at_8", "latency_p50_ms", "abstain_rate",
            "false_weak_rate", "answer_support_rate")
-PARAMS = ("search.mode", "search.prose_mode", "search.top_k", "fusion.rrf_k", "abstain.min_dense",
+PARAMS = ("search.mode", "search.prose_mode", "search.top_k", "fusion.method", "fusion.rrf_k",
+          "abstain.min_dense",
           "abstain.weak_dense", "bm25.backend", "embedder.name")
 
 

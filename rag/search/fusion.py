@@ -11,13 +11,19 @@
   w_c * norm_c(s_c(d))``, each channel's scores normalised over the candidates it returned
   for the query, a channel that did not return d adding 0 (ranx's ``fuse(..., method="wsum",
   norm=...)``, https://amenra.github.io/ranx/fusion/).
-- ``combmnz``: ``wsum`` times the number of channels that returned d (Fox & Shaw, "Combination
-  of multiple searches", TREC-2 1994; ranx's ``wmnz``).
+- ``combmnz``: ``wsum`` times the number of channels that returned d: CombMNZ (Fox & Shaw,
+  "Combination of multiple searches", TREC-2 1994; ranx's ``mnz``) when every weight is 1,
+  with the channel weights inside the sum otherwise (not ranx's ``wmnz``, which multiplies
+  the unweighted sum by the returning channels' summed weights).
 
 Normalisations (``fusion.norm``, read by the score methods; ranx's names): ``min-max``
-``(s - min) / (max - min)``, ``max`` ``s / max``, ``zmuv`` ``(s - mean) / std``
-(population std); a channel whose candidates all score the same normalises to 1 under
-``min-max`` and ``max`` (every candidate it returned counts fully) and 0 under ``zmuv``.
+``(s - min) / (max - min)``, ``max`` ``s / max`` (for scores whose best is > 0; a channel
+whose best is <= 0, a dense cosine can be, is min-max normalised instead, so its order is
+kept), ``zmuv`` ``(s - mean) / std`` (population std). A channel whose candidates all score
+the same (one candidate included) normalises to 1 under ``min-max`` and ``max`` — every
+candidate it returned counts fully, where ranx's min-max gives 0 — and 0 under ``zmuv``.
+A channel of weight 0 adds nothing, but under ``wsum`` its candidates stay in the fused list
+at the other channels' scores (under ``rrf`` too: a weight-0 channel is skipped).
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ def _min_max(s: np.ndarray) -> np.ndarray:
 
 def _max(s: np.ndarray) -> np.ndarray:
     top = s.max()
-    return s / top if top > 0 else np.ones_like(s)
+    return s / top if top > 0 else _min_max(s)
 
 
 def _zmuv(s: np.ndarray) -> np.ndarray:

@@ -122,6 +122,14 @@ class SearchPipeline:
         self.reranker = reranker
         self.gate = gate
         self.ranking = RankingStage(options.ranking) if options.ranking.enabled else None
+        model = getattr(self.ranking, "model", None)
+        if model is not None and options.mode in ("hybrid", "auto") \
+                and model.fusion != options.fusion_method:
+            # its first_stage column was learned on another fusion's score scale
+            raise ValueError(f"ranking.model {options.ranking.model} was trained on "
+                             f"first-stage scores of fusion {model.fusion!r}, this search fuses "
+                             f"with {options.fusion_method!r}: pass fusion={model.fusion}, or "
+                             "retrain it under this fusion (rag ranking train)")
         from rag.search.signals import DENSE_SIGNALS
 
         self._gate_reads_dense = gate is not None and any(f in DENSE_SIGNALS

@@ -426,6 +426,7 @@ def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys,
     lost = row("never_abstains", table(), csv=with_negatives([False] * 10))
     code, *_, root, md = gate([base, same, "--tracking-uri", uri], capsys, tmp_path)
     assert code == EXIT_PASS and ("abstain_rate", False, False) in cases(root)
+    assert ("abstention_stopped", False, False) in cases(root)  # listed whenever it ran
     code, out, err, root, md = gate([base, lost, "--tracking-uri", uri], capsys, tmp_path)
     # the same positives, every one of 10 negatives now answered: paired over the negatives,
     # p = 2 / 2^10 (exact sign-flip) ~ 0.002, Holm x 5 checks < 0.05
@@ -434,7 +435,8 @@ def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys,
     # ... and the abstention guard names the negatives it stopped abstaining on
     assert ("abstention_stopped", True, False) in cases(root)
     assert sum(f for _, f, _ in cases(root)) == 2
-    assert "Abstention stopped: the candidate abstains on none of the 10 negatives" in md
+    assert "Abstention stopped: the candidate abstains on none of the shared negatives; the " \
+        "baseline abstained on 10: `neg-0`" in md
     line = next(ln for ln in md.splitlines() if ln.startswith("| `abstain_rate`"))
     assert "| 1.0000 | 0.0000 | -1.0000 |" in line and "| 10 |" in line
     # three negatives: no paired test can be significant (exact p = 2 / 2^3 = 0.25), yet a
@@ -451,6 +453,19 @@ def test_a_candidate_that_stops_abstaining_fails_on_the_negatives(store, capsys,
     code, out, err, root, md = gate([base3, some, "--tracking-uri", uri, "--json"], capsys,
                                     tmp_path)
     assert json.loads(out)["abstention_stopped"] == [] and code != EXIT_REGRESSION
+    # the baseline abstained on neg-0 only, the candidate on neg-1 only: it still abstains
+    moved_base = row("b_tff", table(), csv=with_negatives([True, False, False]))
+    moved_cand = row("c_ftf", table(), csv=with_negatives([False, True, False]))
+    code, out, *_ = gate([moved_base, moved_cand, "--tracking-uri", uri, "--json"], capsys,
+                         tmp_path)
+    assert json.loads(out)["abstention_stopped"] == []
+    # off with --no-abstention-guard, and not run when abstain_rate is not gated
+    for extra in (["--no-abstention-guard"], ["--metrics", "mrr"]):
+        code, out, err, root, md = gate([base3, lost3, "--tracking-uri", uri, "--json", *extra],
+                                        capsys, tmp_path)
+        got = json.loads(out)
+        assert got["abstention_stopped"] is None and code != EXIT_REGRESSION, extra
+        assert "abstention_stopped" not in [n for n, *_ in cases(root)]
     # negatives that share no id are said, never silently left out
     renamed = row("renamed", table(), csv=with_negatives([False] * 10).replace("neg-", "other-"))
     code, out, err, root, md = gate([base, renamed, "--tracking-uri", uri], capsys, tmp_path)

@@ -41,6 +41,10 @@ def test_each_fold_leaves_its_repository_out(tmp_path):
                                               if r.repo != fold["held_out"])
     assert log["all"]["held_out"] is None and log["all"]["queries_trained"] == 30
     assert (tmp_path / "all.json").is_file() and log["overrides"] == ["search.mode=hybrid"]
+    # the fusion whose scores the first_stage column read is recorded, in the log and each model
+    from rag.search.fusion import DEFAULT_METHOD
+
+    assert log["fusion"] == DEFAULT_METHOD == model_at(tmp_path / "all.json").fusion
 
 
 def test_one_repository_is_refused(tmp_path):

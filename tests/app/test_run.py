@@ -377,5 +377,8 @@ def test_the_printed_row_names_a_non_default_content_and_file_saturation(compose
     assert "file_saturation" not in plain and "ranking=off" not in plain
     task = header(["corpus.name=shop", "corpus.content=code", "ranking.file_saturation=0.5"])
     assert task.startswith("  corpus shop (content=code)  mode=")
-    assert " rrf_k=60 file_saturation=0.5 rerank=" in task
-    assert " rrf_k=60 ranking=off rerank=" in header(["corpus.name=shop", "ranking.enabled=false"])
+    assert " fusion=wsum norm=min-max file_saturation=0.5 rerank=" in task
+    assert " fusion=wsum norm=min-max ranking=off rerank=" in header(["corpus.name=shop",
+                                                                       "ranking.enabled=false"])
+    # rrf_k is printed where it is read
+    assert " fusion=rrf rrf_k=60 rerank=" in header(["corpus.name=shop", "fusion=rrf"])

@@ -247,9 +247,9 @@ def test_all_problems_reported_in_one_error(tmp_path: Path):
     ("queries:\n  - {id: a, query: x, relevant: []}\n", "negatives: []\n", "'relevant'"),
     # unknown keys: query, label, negative
     ("queries:\n  - {id: a, query: x, relevent: [], relevant: [{path: a.py}]}\n",
-     "negatives: []\n", "unknown key(s) ['relevent'] (did you mean 'relevent' -> 'relevant'?)"),
+     "negatives: []\n", "unknown key(s) ['relevent'] ('relevent': did you mean 'relevant'?)"),
     ("queries:\n  - {id: a, query: x, relevant: [{path: a.py, grde: 2}]}\n",
-     "negatives: []\n", "unknown label key(s) ['grde']"),
+     "negatives: []\n", "unknown label key(s) ['grde'] ('grde': did you mean 'grade'?)"),
     ("queries:\n  - {id: a, query: x, relevant: [{path: a.py}]}\n",
      "negatives:\n  - {id: n, query: y, relevant: [{path: a.py}]}\n",
      "unknown key(s) ['relevant']"),

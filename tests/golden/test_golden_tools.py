@@ -125,6 +125,12 @@ def test_bare_corpus_path_run_finds_the_scaffold(tmp_path, project, fixture_repo
     (own / "queries.yaml").write_text("corpus: marshmallow-4.4.0\nqueries: []\n")
     cfg = compose(["corpus.sdist='marshmallow==4.4.0'"])
     assert cfg.corpus.name == "marshmallow-4.4.0" and run_mod.golden_dir_for(cfg) == own
+    # a dataset brings its own labels: a hand-made golden/<name>/ never replaces them
+    cfg = compose(["corpus=cosqa", f"paths.cache_dir={tmp_path / 'c2'}"])
+    hand = project / "golden" / str(cfg.corpus.name)
+    hand.mkdir(parents=True, exist_ok=True)
+    (hand / "queries.yaml").write_text(f"corpus: {cfg.corpus.name}\nqueries: []\n")
+    assert run_mod.golden_dir_for(cfg) != hand
 
 
 # ------------------------------------------------------------------------------------ check
@@ -211,7 +217,7 @@ def test_check_lists_a_broken_golden_set_one_problem_a_line(tmp_path, fixture_re
         "problem(s):")
     problems = [ln.strip() for ln in err[1:]]
     assert len(problems) >= 3 and all(ln.startswith(str(bad / "queries.yaml")) for ln in problems)
-    assert any("did you mean 'relevent' -> 'relevant'?" in ln for ln in problems)
+    assert any("'relevent': did you mean 'relevant'?" in ln for ln in problems)
     assert any("duplicate id 'a'" in ln for ln in problems)
 
 

@@ -48,6 +48,13 @@ def test_zmuv_by_hand():
     assert normalise([2.0, 2.0], "zmuv") == pytest.approx([0.0, 0.0])
 
 
+def test_max_norm_of_a_channel_whose_best_is_not_positive_keeps_its_order():
+    # s / max would flip or flatten these: min-max instead
+    assert normalise([-0.1, -0.3], "max") == pytest.approx([1.0, 0.0])
+    assert normalise([0.5, -0.5], "max") == pytest.approx([1.0, -1.0])  # best > 0: s / max
+    assert normalise([0.0, -1.0], "max") == pytest.approx([1.0, 0.0])
+
+
 def test_constant_channel_counts_fully_under_min_max_and_max():
     assert normalise([3.0, 3.0], "min-max") == pytest.approx([1.0, 1.0])
     assert normalise([0.0], "max") == pytest.approx([1.0])

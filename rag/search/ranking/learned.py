@@ -102,6 +102,11 @@ def candidate_matrix(cands: Sequence[Mapping[str, float | None]], *, identifier:
     return x[:, [COLUMNS.index(c) for c in columns]]
 
 
+#: the fusion of a model file without ``provenance.fusion``: every model before 2026-12-06,
+#: when RRF was the only fusion (models/ranking/lambdamart/ were trained under it)
+FUSION_BEFORE_RECORDED = "rrf"
+
+
 @dataclass
 class LearnedModel:
     """A trained combiner.
@@ -117,6 +122,13 @@ class LearnedModel:
     booster: Any
     columns: tuple[str, ...] = COLUMNS
     provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fusion(self) -> str:
+        """The fusion method whose scores it was trained on (its ``first_stage`` column reads
+        them): ``provenance["fusion"]``; a model trained before rag recorded it was trained
+        under RRF, then the only fusion (:data:`FUSION_BEFORE_RECORDED`)."""
+        return str(self.provenance.get("fusion", FUSION_BEFORE_RECORDED))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Scores of the rows ``x`` (shape (n, len(columns))), higher is better."""

@@ -149,3 +149,26 @@ def test_the_stage_ranks_by_the_model(tmp_path):
     assert set(values["ranking"]) == {i for i, _ in order}
     # the model's scores are logged, saturation's input
     assert values["ranking"][1] == max(values["ranking"].values())
+
+
+def test_a_model_is_refused_under_another_fusion_than_it_was_trained_on(tmp_path):
+    """The first_stage column reads the fused score, whose scale is the fusion's: a model
+    trained on RRF's scores is refused by a pipeline fusing with wsum, and accepted under
+    RRF; a model file without provenance.fusion was trained under RRF."""
+    from rag.search.pipeline import SearchOptions, SearchPipeline
+
+    index = SimpleNamespace(chunks=CHUNKS)
+    old = train(synthetic_groups(), rounds=10).save(tmp_path / "old.json")
+    assert model_at(old).fusion == "rrf"  # no provenance.fusion: before it was recorded
+    ranking = RankingOptions(combiner="lambdamart", model=str(old))
+    with pytest.raises(ValueError, match="trained on first-stage scores of fusion 'rrf', "
+                                         "this search fuses with 'wsum': pass fusion=rrf"):
+        SearchPipeline(index, SearchOptions(mode="hybrid", fusion_method="wsum", ranking=ranking))
+    SearchPipeline(index, SearchOptions(mode="hybrid", fusion_method="rrf", ranking=ranking))
+    # a single-channel route fuses nothing: any model is taken
+    SearchPipeline(index, SearchOptions(mode="bm25", fusion_method="wsum", ranking=ranking))
+    new = train(synthetic_groups(), rounds=10, provenance={"fusion": "wsum"}).save(
+        tmp_path / "new.json")
+    SearchPipeline(index, SearchOptions(mode="hybrid", fusion_method="wsum",
+                                        ranking=RankingOptions(combiner="lambdamart",
+                                                               model=str(new))))
