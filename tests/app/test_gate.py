@@ -784,7 +784,7 @@ def test_fixture_rows_same_config_passes_a_dropped_answer_fails(fixture_rows, ca
                                   capsys, tmp_path)
     assert code == EXIT_PASS and err == []
     # 4 metrics x (headline + money, prose, symbol), abstain_rate over the negatives
-    assert (root.get("tests"), root.get("failures")) == ("19", "0")  # and the two guards
+    assert (root.get("tests"), root.get("failures")) == ("20", "0")  # and the three guards
     assert md.count("| within margin |") == 17 and "positives changed" not in md
 
     code, _, err, root, md = gate([ids["hybrid"], ids["floor"], "--tracking-uri", uri], capsys,
@@ -860,8 +860,9 @@ def test_make_test_gates_a_fresh_run_against_the_pinned_expectation(tmp_path):
     assert proc.returncode == EXIT_PASS, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert proc.stdout.startswith("rag gate: pass")
     root = ET.parse(junit).getroot()
-    # 4 metric checks, abstain_rate over the negatives, the per-query and the coverage guards
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("7", "0", "0")
+    # 4 metric checks, abstain_rate over the negatives, the per-query, coverage and abstention
+    # guards
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("8", "0", "0")
     text = md.read_text()
     assert text.startswith("## rag gate: PASS") and "Holm-corrected across the 5 paired checks" in text
     assert "fresh run: -m rag.run corpus.name=tinyshop" in proc.stderr
