@@ -63,7 +63,9 @@ from rag.corpus.walk import Document
 # 10: Lua: ``M.f = function ... end`` and ``local f = function ... end`` are symbols (``M.f``,
 #    ``f``); JavaScript/TypeScript: a top-level ``app.use = function``, ``Foo.prototype.bar =
 #    function`` is a symbol (``app.use``, ``Foo.bar``); they stayed in ``<module>``
-#    (express's ``application.js`` was 11 module windows); everything else as in 9
+#    (express's ``application.js`` was 11 module windows); a computed member (``app[m] =
+#    function``, Lua ``M["f"] =``) or a target that is not a name still does; everything else
+#    as in 9
 CHUNKER_VERSION = "10"
 
 

@@ -578,6 +578,7 @@ _LEAVES = _QUALIFIED | frozenset({
     "namespace_identifier", "string_fragment", "destructor_name", "operator_name", "operator",
     "setter", "computed_property_name"})
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_JS_NAME = re.compile(r"^[A-Za-z_$][\w$]*$")
 _QUALIFIER = re.compile(r"::|\.|\\|:")
 _OPERATOR = re.compile(r"(?<![A-Za-z0-9_$])operator(?![A-Za-z0-9_$])")
 # a doc comment that is the file's header, not a declaration's documentation
@@ -668,8 +669,12 @@ class _Walker:
             while prev != head:
                 prev, head = head, _TEMPLATE_ARGS.sub("", head)
             parts = [p for p in _QUALIFIER.split(head) if p] + ([tail] if tail else [])
-            if target.type == "member_expression":  # Foo.prototype.bar is Foo's method bar
-                parts = [p for p in parts if p != "prototype"] or parts
+            if target.type == "member_expression":
+                if not all(_JS_NAME.match(p) for p in parts):
+                    return None  # (x as any).f, a?.b, f().g: not a name
+                # Foo.prototype.bar is Foo's method bar (only between an owner and a member)
+                parts = [p for n, p in enumerate(parts)
+                         if not (p == "prototype" and 0 < n < len(parts) - 1)]
         else:
             parts = [text] if text else []
         return parts or None
@@ -719,7 +724,27 @@ class _Walker:
             return node.type not in spec.needs_body or self.body(node) is not None
         if node.type in spec.var_functions:
             value = self.value_node(node)
-            return value is not None and value.type in spec.function_values
+            if value is None or value.type not in spec.function_values:
+                return False
+            # the name must be the whole target: app[method] = function, M["f"] = function
+            # and (x as any).f = function name nothing (their first part is not the target)
+            target = self.name_node(node)
+            return target is not None and self.name(node) is not None \
+                and "".join(self.text(target).split()) == "".join(
+                    self.text(self._target(node)).split())
+        return False
+
+    def _target(self, node):
+        """The node a ``var_functions`` node binds (its name field, else its ``name_types``
+        child: Lua's ``variable_list``), or the node itself."""
+        target = node.child_by_field_name(self.spec.name_fields.get(node.type, "name"))
+        if target is None and self.spec.name_types:
+            target = next((c for c in node.named_children if c.type in self.spec.name_types),
+                          None)
+        if target is not None and target.type in self.spec.name_types \
+                and target.named_child_count == 1:
+            target = target.named_children[0]  # Lua: the variable_list's one variable
+        return target if target is not None else node
         return False
 
     def is_doc(self, node) -> bool:

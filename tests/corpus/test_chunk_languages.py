@@ -676,3 +676,22 @@ def test_caches_are_keyed_by_the_chunking_code_itself(compose, tmp_path):
     assert index_settings(compose([]))["chunker_code"] == chunker_code()
     a = store_path(tmp_path, tmp_path, {"x": 1})
     assert a == store_path(tmp_path, tmp_path, {"x": 1}) != store_path(tmp_path, tmp_path, {"x": 2})
+
+
+def test_assigned_functions_are_symbols_only_when_the_target_is_a_name():
+    """``app.use = function`` is ``app.use``; a computed member (``app[method]``,
+    ``Foo.prototype[Symbol.iterator]``, Lua's ``M["f"]``) or a target that is not a name
+    (``f().g``) stays in ``<module>`` instead of claiming its object's name."""
+    js = ("function Foo() {}\n"
+          "Foo.prototype[Symbol.iterator] = function* () {};\n"
+          "app[method] = function (path) {};\n"
+          "document.getElementById('x').onclick = function () {};\n"
+          "prototype.x = function () {};\n"
+          "app.use = function use(fn) { return fn; };\n")
+    got = {(c.symbol, c.start_line) for c in chunk_document(
+        Document(path="app.js", category="source", text=js, size=len(js)))}
+    assert got == {("Foo", 1), ("<module>", 2), ("prototype.x", 5), ("app.use", 6)}
+    lua = 'local M = {}\nM["f"] = function() end\nM.g = function() end\nreturn M\n'
+    got = {(c.symbol, c.start_line) for c in chunk_document(
+        Document(path="m.lua", category="source", text=lua, size=len(lua)))}
+    assert got == {("<module>", 1), ("M.g", 3)}

@@ -44,14 +44,11 @@ def definition_pattern(name: str) -> re.Pattern[str]:
       ``exports.parse = function``);
     * a type signature starting a line (Haskell ``encode :: ToJSON a => a -> ByteString``,
       indented in a ``class`` body);
-    * a module-level binding: the name at a line's first column (after ``export``/``pub`` and
-      ``const``/``let``/``var``/``static``/``val``), an optional type, then ``=`` (Python
-      ``EXCLUDE: typing.Final = "exclude"``, ``export const VERSION = "1"``, Rust ``pub const
-      MAX: usize = 8``); an indented binding is a local or a field, and an import
-      (``const std = @import("std")``, ``= require(...)``) is not a definition.
+    * C's ``#define NAME``.
 
     Every part stays within one line: a keyword that ends a comment (``# ... is a distinct
-    object``) does not define the name starting the next line.
+    object``) does not define the name starting the next line. Module-level bindings
+    (``EXCLUDE = ...``) are :func:`binding_pattern`'s, read in code chunks only.
     """
     n = re.escape(name)
     # within one line: a keyword ending a comment line never defines the next line's name
@@ -63,9 +60,41 @@ def definition_pattern(name: str) -> re.Pattern[str]:
         rf"|^(?:data|newtype)(?:[ \t]+instance)?[ \t]+{n}\b"
         rf"|(?:^|(?<=\s))(?:[A-Za-z_][A-Za-z0-9_]*[.:])*{n}[ \t]*=[ \t]*function\b"
         rf"|^[ \t]*{n}[ \t]*::[ \t]"
-        rf"|^(?:export[ \t]+|pub(?:\([^)\n]*\))?[ \t]+)?(?:(?:const|let|var|static|val)[ \t]+)?"
-        rf"{n}[ \t]*(?::[^=\n;]{{0,200}})?=(?![=>~])(?![ \t]*@?(?:import|require)\b)",
-        re.MULTILINE)
+        rf"|^#[ \t]*define[ \t]+{n}\b", re.MULTILINE)
+
+
+#: modifiers a module-level binding may start with (``export const``, ``pub(crate) static``,
+#: ``private const val``, ``local``)
+_BINDING_MODIFIERS = (r"(?:(?:export|pub(?:\([^)\n]*\))?|local|private|public|internal|"
+                      r"protected|static|const|let|var|val|final|readonly|declare|mut)[ \t]+)*")
+
+
+@lru_cache(maxsize=1024)
+def binding_pattern(name: str) -> re.Pattern[str]:
+    """Where a code chunk binds ``name`` at module level:
+
+    * the name at a line's first column, after modifiers (:data:`_BINDING_MODIFIERS`:
+      ``export const``, ``pub const``, ``private const val``, Lua ``local``), an optional
+      type, then ``=`` (Python ``EXCLUDE: typing.Final = "exclude"``, ``export const VERSION =
+      "1"``, Rust ``pub const MAGIC: [u8; 4] = ...``, Lua ``local Picker = {}``);
+    * an entry of a Go ``const (`` / ``var (`` block (``DebugMode = "debug"``, indented).
+
+    An indented binding elsewhere is a local or a field, a comparison (``==``), an arrow
+    (``=>``) or an import (``const std = @import("std")``, ``= require(...)``) defines
+    nothing. Read only in code chunks (:meth:`ChunkFacts.defines`): in documentation and
+    configuration ``Note: set FOO=1`` or ``url: https://...?a=1`` are prose, not bindings.
+    """
+    n = re.escape(name)
+    value = r"=(?![=>~])(?![ \t]*@?(?:import|require)\b)"
+    return re.compile(
+        rf"^{_BINDING_MODIFIERS}{n}[ \t]*(?::[^=\n]{{0,200}})?{value}"
+        # the block's lines: blank, or indented with content (disjoint: no backtracking blow-up)
+        rf"|^(?:const|var)[ \t]*\([ \t]*\n(?:[ \t]*\n|[ \t]+[^ \t\n][^\n]*\n){{0,400}}?"
+        rf"[ \t]+{n}(?:[ \t]+[A-Za-z_][\w.*\[\]]*)?[ \t]*{value}", re.MULTILINE)
+
+
+#: the categories whose chunks are code: module-level bindings count there only
+CODE_CATEGORIES = frozenset({"source", "test", "example"})
 
 
 def stem_forms(stem: str) -> set[str]:
@@ -117,10 +146,14 @@ class ChunkFacts:
     def defines(self, i: int, chunk: Any, names: frozenset[str]) -> bool:
         """Whether chunk ``i`` defines one of ``names``: its symbol's last component is one of
         them (every language rag chunks by symbol), or its text holds a definition keyword
-        followed by one (:func:`definition_pattern`: languages rag windows)."""
+        followed by one (:func:`definition_pattern`: languages rag windows), or, in a code
+        chunk, a module-level binding of one (:func:`binding_pattern`)."""
         if self.defined[i] in names:
             return True
-        return any(definition_pattern(n).search(chunk.text) for n in names)
+        if any(definition_pattern(n).search(chunk.text) for n in names):
+            return True
+        return (getattr(chunk, "category", "source") in CODE_CATEGORIES
+                and any(binding_pattern(n).search(chunk.text) for n in names))
 
 
 def facts_of(index: Any) -> ChunkFacts:

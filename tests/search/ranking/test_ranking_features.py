@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag.search.ranking.chunk_facts import (ChunkFacts, definition_pattern, stem_forms,
-                                            symbol_components)
+from rag.search.ranking.chunk_facts import (ChunkFacts, binding_pattern, definition_pattern,
+                                            stem_forms, symbol_components)
 from rag.search.ranking.feature import RankingContext
 from rag.search.ranking.features import FEATURE_NAMES, FEATURES, register
 from rag.search.ranking.options import DEFAULT_PRIORS
@@ -102,12 +102,39 @@ def test_chunk_facts_name_stem_and_definition():
     ("x", "x == 3", False),
     ("x", "x => 1", False),
     ("path", 'const path = require("path");', False),
+    ("std", 'const std = @import("std");', False),
+    # Go's const / var blocks, Rust, Kotlin, Lua, C
+    ("DebugMode", 'const (\n\t// DebugMode is debug.\n\tDebugMode = "debug"\n)', True),
+    ("Mode", "var (\n\tx int\n\tMode Mode = 3\n)", True),
+    ("y", "func f() {\n\ty = 3\n}", False),
+    ("MAGIC", 'pub const MAGIC: [u8; 4] = *b"abcd";', True),
+    ("X", "static mut X: u32 = 0;", True),
+    ("VERSION", 'private const val VERSION = "1"', True),
+    ("Picker", "local Picker = {}", True),
+    ("MAX", "#define MAX 10", True),
     # a keyword ending a comment line does not define the name that starts the next line
     ("load", "# Check load is a distinct object\n        load['foo'] = 'baz'", False),
     ("Router", "see the class\nRouter(app)", False),
 ])
 def test_definitions_in_languages_rag_windows(name, text, defines):
-    assert bool(definition_pattern(name).search(text)) is defines
+    found = definition_pattern(name).search(text) or binding_pattern(name).search(text)
+    assert bool(found) is defines
+
+
+def test_a_binding_defines_a_name_in_code_only():
+    """``Note: set FOO=1`` in a Markdown section or ``url: x?a=1`` in YAML is not a binding;
+    the same text in a source chunk is."""
+    chunks = [chunk("docs/setup.md", "Setup", kind="section", category="documentation",
+                    text="Note: set FOO=1 first"),
+              chunk("conf/app.yaml", None, kind="window", category="config",
+                    text="url: https://x.org/?a=1"),
+              chunk("src/mode.py", "<module>", kind="module", category="source",
+                    text='Note: str = "x"\nurl = "https://x.org"\n')]
+    f = ChunkFacts.of(chunks)
+    assert not f.defines(0, chunks[0], frozenset({"Note"}))
+    assert not f.defines(1, chunks[1], frozenset({"url"}))
+    assert f.defines(2, chunks[2], frozenset({"Note"}))
+    assert f.defines(2, chunks[2], frozenset({"url"}))
 
 
 def test_definition_finds_the_definition_outside_the_candidates():
