@@ -22,8 +22,8 @@ whose best is <= 0, a dense cosine can be, is min-max normalised instead, so its
 kept), ``zmuv`` ``(s - mean) / std`` (population std). A channel whose candidates all score
 the same (one candidate included) normalises to 1 under ``min-max`` and ``max`` — every
 candidate it returned counts fully, where ranx's min-max gives 0 — and 0 under ``zmuv``.
-A channel of weight 0 adds nothing, but under ``wsum`` its candidates stay in the fused list
-at the other channels' scores (under ``rrf`` too: a weight-0 channel is skipped).
+A channel of weight 0 is left out under every method: its candidates enter the fused list
+only through the other channels.
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ def wsum(scored: Mapping[str, Scored], *, weights: Optional[Mapping[str, float]]
     total: dict[K, float] = {}
     hits: dict[K, int] = {}
     for name, pairs in scored.items():
-        if not pairs:
-            continue
         wc = float(w.get(name, 1.0))
+        if not pairs or wc == 0:
+            continue
         normed = normalise([s for _, s in pairs], norm)
         for (item, _), v in zip(pairs, normed):
             total[item] = total.get(item, 0.0) + wc * float(v)

@@ -26,7 +26,9 @@ def test_weighted_wsum_and_a_zero_weight():
     assert got == {"a": pytest.approx(0.7), "c": pytest.approx(0.3),
                    "b": pytest.approx(0.35), "d": pytest.approx(0.15)}
     only_dense = wsum(RUNS, weights={"bm25": 0.0})
-    assert [i for i, _ in only_dense][:3] == ["a", "b", "c"]
+    # a weight-0 channel is left out, as under rrf: d (BM25's alone) is not fused at all
+    assert only_dense == [("a", 1.0), ("b", 0.5), ("c", 0.0)]
+    assert [i for i, _ in fuse("combmnz", RUNS, weights={"bm25": 0.0})] == ["a", "b", "c"]
 
 
 def test_max_norm_and_combmnz_by_hand():
