@@ -85,8 +85,13 @@ def sweep_job_overrides(config: Any) -> list[list[str]] | None:
 
     if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
         return None
+    from omegaconf import OmegaConf
+
     params = config.hydra.sweeper.get("params") or {}
-    args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
+    # the command line's overrides as typed: read through the config, an override's own
+    # ``${dataset.repo}`` would be resolved against the base config (to None)
+    task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in task]
     parsed = OverridesParser.create().parse_overrides(args)
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 

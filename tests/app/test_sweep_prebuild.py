@@ -25,6 +25,8 @@ from conftest import (FIXTURE_FILES, FIXTURE_NEGATIVES, FIXTURE_QUERIES, PROJECT
 
 
 def test_job_overrides_follow_the_basic_sweeper():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     from rag.app.prebuild import BASIC_SWEEPER, sweep_job_overrides
 
     def cfg(target, task=()):
@@ -37,6 +39,17 @@ def test_job_overrides_follow_the_basic_sweeper():
         ["search.mode=dense", "search.top_k=5", "fusion.rrf_k=30"],
         ["search.mode=bm25", "search.top_k=5", "fusion.rrf_k=10"],
         ["search.mode=bm25", "search.top_k=5", "fusion.rrf_k=30"]]
+    # an override that names another key (docs/ranking.md's per-repository model) reaches
+    # each job as typed, to be resolved in the job's config, not in the base config's
+    per_repo = ["ranking.model=m/loro/${dataset.repo}.json"]
+    base = OmegaConf.create({"dataset": {"repo": None}, "hydra": {
+        "sweeper": {"_target_": BASIC_SWEEPER, "params": {"dataset.repo": "gin,chi"}},
+        "overrides": {"task": per_repo}}})
+    jobs = sweep_job_overrides(base)
+    assert [job[0] for job in jobs] == ["dataset.repo=gin", "dataset.repo=chi"]
+    # (written back as Hydra's launcher writes it, ``$\{...\}``, which parses to the text typed)
+    parsed = OverridesParser.create().parse_overrides([jobs[0][1], jobs[1][1]])
+    assert [o.value() for o in parsed] == ["m/loro/${dataset.repo}.json"] * 2
     # another sweeper (optuna, ...) decides its jobs as it goes: not listed in advance
     assert sweep_job_overrides(cfg("hydra_plugins.optuna.OptunaSweeper")) is None
 
