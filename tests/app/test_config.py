@@ -26,6 +26,10 @@ def test_corpus_name_is_the_corpus_own(compose, tmp_path):
     assert compose([f"corpus.path={repo}"]).corpus.name == "myrepo"
     assert compose([f"corpus.path={repo}", "corpus.name=other"]).corpus.name == "other"
     assert default_corpus_name(None, "requests==2.32.3") == "requests-2.32.3"
+    # a pinned corpus's name follows its pin: another version is another corpus
+    assert compose(["corpus=zod"]).corpus.name == "zod-3.25.76"
+    assert compose(["corpus=zod", "corpus.npm=zod@4.0.0"]).corpus.name == "zod-4.0.0"
+    assert compose(["corpus.sdist='flask==3.0.0'"]).corpus.name == "flask-3.0.0"
     odd = default_corpus_name(str(tmp_path / "it's"), None)
     assert odd.startswith("it_s-") and "'" not in odd
     with pytest.raises(ValueError, match="corpus.path=DIR, corpus.sdist=REQUIREMENT or corpus.npm"):

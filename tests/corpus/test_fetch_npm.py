@@ -191,8 +191,12 @@ def test_zod_golden_set_loads_and_has_the_required_slices():
 def test_zod_corpus_config_names_the_same_corpus():
     from rag.corpus.fetch import _npm_slug
 
+    from rag.app.config import default_corpus_name
+
     conf = yaml.safe_load((PROJECT / "conf" / "corpus" / "zod.yaml").read_text())
-    assert conf["name"] == _zod_golden().corpus
+    # the name is derived from the pin (no name: key), so another pin is another corpus
+    assert "name" not in conf
+    assert default_corpus_name(None, None, npm=conf["npm"]) == _zod_golden().corpus
     assert parse_npm_spec(conf["npm"]) == {"name": "zod", "version": "3.25.76"}
     assert _npm_slug(conf["npm"]) == "npm-zod-3.25.76"
 
