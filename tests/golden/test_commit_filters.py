@@ -164,6 +164,9 @@ def housekeeping_history(tmp_path_factory):
     # one line inside big (lines 12-173 at this point: def at 12)
     r.edit("pkg/app.py", 40, ["    x27 = n + 27 if n else 0"])
     c["big"] = r.commit("Guard the empty count in the big handler")
+    # a pure deletion inside big: labelled by the lines around it, not the whole function
+    r.edit("pkg/app.py", _lines(r, "pkg/app.py").index("    x30 = n + 30") + 1, [])
+    c["big_cut"] = r.commit("Stop counting the thirtieth step in the big handler")
     text = (r.root / "pkg/app.py").read_text()
     for i in range(9):
         text = text.replace(f"    return {i}\n", f"    return {i} * 2\n")
@@ -181,6 +184,8 @@ def test_git_housekeeping_and_label_filters(housekeeping_history):
     app = _lines(r, "pkg/app.py")
     assert app[2:5] == ["SHORT        = 1", "LONGER       = 2", "LONGEST_NAME = 3"]
     big_line = app.index("    x27 = n + 27 if n else 0") + 1
+    cut = app.index("    x29 = n + 29") + 1
+    assert app[cut] == "    x31 = n + 31"
     res = mine_git(r.root, max_candidates=None)
     got = {x["commit"]: (x["query"], x["relevant"]) for x in res.candidates}
     assert got == {
@@ -190,6 +195,9 @@ def test_git_housekeeping_and_label_filters(housekeeping_history):
         # a 163-line function: labelled by the line that changed
         c["big"]: ("Guard the empty count in the big handler",
                    [{"path": "pkg/app.py", "lines": [big_line, big_line]}]),
+        # a line deleted inside it: the lines on either side (x29 and x31, now adjacent)
+        c["big_cut"]: ("Stop counting the thirtieth step in the big handler",
+                       [{"path": "pkg/app.py", "lines": [cut, cut + 1]}]),
         # its test and changelog lines are left out, the PR number and prefix dropped
         c["route"]: ("handle trailing slashes in route", [{"path": "pkg/app.py", "symbol": "route"}]),
     }

@@ -420,7 +420,13 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                                   if place(k)), None) if c < len(text_lines) + 1 else None
                     if above and below:
                         ca, cb = _smallest_chunk(chunks, above), _smallest_chunk(chunks, below)
-                        if ca is cb and _is_symbol_chunk(ca) and ca.symbol not in symbols:
+                        if ca is not cb or not _is_symbol_chunk(ca):
+                            continue
+                        if _symbol_lines(chunks, ca.symbol) > max_symbol_lines:
+                            # a large symbol is labelled by the lines around the deletion,
+                            # as by its changed lines when lines were added
+                            loose.extend((above, below))
+                        elif ca.symbol not in symbols:
                             symbols.append(ca.symbol)
             before = len(labels)
             for s in symbols:
