@@ -26,6 +26,11 @@ CONVENTIONAL_PREFIX = re.compile(
     r"^(?P<type>feat|feature|fix|bugfix|hotfix|chore|docs?|refactor|perf|test|tests|build|ci|"
     r"style|revert|deps|release|security|types?|lint)(?:\((?P<scope>[^)]*)\))?!?:\s*", re.I)
 
+#: the Go project's prefix (https://go.dev/doc/contribute#commit_messages): the package or
+#: area the change is in, lower case, before a colon: ``tree:``, ``net/http:``, ``binding, render:``
+AREA_PREFIX = re.compile(r"^(?P<scope>[a-z][\w.-]*(?:/[\w.-]+)*(?:\s*,\s*[a-z][\w.-]*(?:/[\w.-]+)*)*)"
+                         r":\s+")
+
 # references a query never needs: GitHub's squash suffix and closing keywords, gh-123, [#12],
 # "PR #12", "issue #12", a Jira-style key in front ("ABC-123: ", "[ABC-123] ")
 _REFERENCE_PATTERNS = (
@@ -44,15 +49,17 @@ _BRACKET_TAG = re.compile(r"^\s*\[[\w\s./-]{1,20}\]\s*|\s*\[(?:ci skip|skip ci|w
 
 
 def clean_subject(subject: str) -> str:
-    """A commit subject as a query: without its Conventional Commits prefix, a leading
-    ``[tag]``, PR/issue references (``(#4723)``, ``fixes #12``, ``gh-12``, ``PR #9``, a
+    """A commit subject as a query: without its Conventional Commits prefix (or the Go
+    project's package prefix, ``tree: ...``, :data:`AREA_PREFIX`), a leading ``[tag]``, PR/issue references (``(#4723)``, ``fixes #12``, ``gh-12``, ``PR #9``, a
     leading ``ABC-123:`` ticket key), backticks around identifiers and a trailing full stop.
 
     Returns ``""`` when nothing is left (``"fix #2786 (#2796)"``). Example:
     ``"fix(context): skip chmod on pre-existing dirs in `SaveUploadedFile` (#4702)"`` →
     ``"skip chmod on pre-existing dirs in SaveUploadedFile"``.
     """
-    text = CONVENTIONAL_PREFIX.sub("", subject.strip())
+    text = subject.strip()
+    text = CONVENTIONAL_PREFIX.sub("", text) if CONVENTIONAL_PREFIX.match(text) \
+        else AREA_PREFIX.sub("", text)
     text = _BRACKET_TAG.sub(" ", text)
     for pattern in _REFERENCE_PATTERNS:
         text = pattern.sub("", text)
@@ -61,11 +68,13 @@ def clean_subject(subject: str) -> str:
 
 
 def conventional_type(subject: str) -> tuple[str | None, str | None]:
-    """``(type, scope)`` of a Conventional Commits subject, lower-cased; ``(None, None)``
-    for a subject without the prefix."""
+    """``(type, scope)`` of a Conventional Commits subject, lower-cased; ``(None, scope)``
+    for a Go-style package prefix (``lint: ...`` -> ``(None, "lint")``); ``(None, None)``
+    for a subject with neither."""
     m = CONVENTIONAL_PREFIX.match(subject.strip())
     if not m:
-        return None, None
+        area = AREA_PREFIX.match(subject.strip())
+        return None, area.group("scope").lower() if area else None
     return m.group("type").lower(), (m.group("scope") or "").strip().lower() or None
 
 

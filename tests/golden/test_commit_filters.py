@@ -32,6 +32,11 @@ from test_mining import Repo
     ("(#12)", ""), ("fix #2786 (#2796)", ""),  # nothing left: generic, skipped
     ("Fix #12: handle empty input in parser", "handle empty input in parser"),
     ("Closes #5 - support unicode paths in walker", "support unicode paths in walker"),
+    # the Go project's package prefix
+    ("tree: remove duplicate assignment", "remove duplicate assignment"),
+    ("net/http, render: support HTTP/2 push (#12)", "support HTTP/2 push"),
+    ("README: mention the router", "README: mention the router"),  # not lower case: kept
+    ("fix: a colon: inside", "a colon: inside"),  # one prefix only
 ])
 def test_clean_subject(subject, query):
     assert clean_subject(subject) == query
@@ -40,7 +45,10 @@ def test_clean_subject(subject, query):
 def test_conventional_type():
     assert conventional_type("chore(deps): bump x") == ("chore", "deps")
     assert conventional_type("Fix!: y") == ("fix", None)
-    assert conventional_type("context.go: fix asserts") == (None, None)
+    # the Go project's prefix: an area, no type
+    assert conventional_type("context.go: fix asserts") == (None, "context.go")
+    assert conventional_type("binding, render: fix the JSON type") == (None, "binding, render")
+    assert conventional_type("Add a context: the request's") == (None, None)
 
 
 @pytest.mark.parametrize("path, kind", [
@@ -91,6 +99,8 @@ def test_file_kind(path, kind):
     # a first word only: a removal or move named later is a change in behaviour
     ("Support removal of a route at runtime", ["tree.go"], None),
     ("Add a remove method to the router", ["tree.go"], None),
+    ("tree: remove duplicate assignment", ["tree.go"], "removal"),
+    ("lint: check the error of Close", ["context.go"], "lint_or_format"),
     ("Add support for Go modules", ["tree.go"], None),
     ("Document the retry option in the README and read it in the client",
      ["README.md", "src/client.py"], None),
