@@ -19,7 +19,8 @@ File shape::
 **The pinned per-query table** (``per_query:``, a file beside expected.yaml) is what lets
 ``rag gate`` run the paired significance test against an expectation instead of a ledger row:
 a mean alone cannot be paired with a candidate's per-query values. It holds the source row's
-per_query.csv restricted to :data:`PINNED_COLUMNS` (ids, tags, stages and the per-query metric
+per_query.csv restricted to :data:`PINNED_COLUMNS` (ids, tags, each query's judgement digest
+(what pairs a query with a candidate's and lets the coverage guard name it), stages and the per-query metric
 values; no query text, no hits), and its SHA-256 is recorded so that a hand-edited table is
 refused (:func:`load_pinned_per_query`). An expected.yaml without one still gates, on the
 margin alone (``rag gate`` says so). :func:`write_expected_from_row` writes both files.
@@ -37,9 +38,9 @@ EXPECTED_FILE = "expected.yaml"
 PER_QUERY_FILE = "expected_per_query.csv"
 # the per_query.csv columns pinned (besides the per-query metric columns declared pinned in
 # rag/eval/measures/: mrr, recall_at_<k>, ndcg_at_<k>, hit_at_<k>, judged_at_<k>)
-PINNED_COLUMNS = ("query_id", "kind", "tags", "route", "returned_as", "lost_at", "found_by",
-                  "first_relevant_rank", "supported", "answer_support", "false_weak",
-                  "candidate_hit", "abstained")
+PINNED_COLUMNS = ("query_id", "kind", "tags", "judgement_digest", "route", "returned_as",
+                  "lost_at", "found_by", "first_relevant_rank", "supported", "answer_support",
+                  "false_weak", "candidate_hit", "abstained")
 # the metrics written by default: both halves (ranking, then returned)
 DEFAULT_METRICS = ("recall_at_8", "mrr", "ndcg_at_10", "hit_at_8", "recall_at_40",
                    "answer_support_rate", "dropped_rate", "false_weak_rate", "abstain_rate")

@@ -588,6 +588,23 @@ def test_against_an_expectation_with_and_without_a_pinned_table(store, capsys, t
     code, _, err, *_ = gate([str(FIXTURE / "golden"), ids["tiny"], "--tracking-uri", uri],
                             capsys, tmp_path)
     assert code == 2 and "the golden sets differ" in err[0]
+    # the pinned table carries each query's judgement digest: a candidate whose golden set
+    # lost two queries is paired on the rest, and the coverage guard names the two
+    import io
+
+    import pandas as pd
+
+    lines = (FIXTURE / "golden" / "expected_per_query.csv").read_text().splitlines(True)
+    kept = [lines[0], *(ln for ln in lines[1:]
+                        if not ln.startswith(("prose-bulk,", "prose-delivery,")))]
+    assert len(kept) == len(lines) - 2
+    _, _, _, row = store
+    fewer_id = row("fewer", pd.read_csv(io.StringIO("".join(kept))), corpus="tinyshop",
+                   golden="g-fewer", csv="".join(kept))
+    code, _, _, root, md = gate([str(FIXTURE / "golden"), fewer_id, "--tracking-uri", uri],
+                                capsys, tmp_path)
+    assert code == EXIT_REGRESSION and ("coverage", True, False) in cases(root)
+    assert "prose-bulk" in md and "prose-delivery" in md
     # a pinned table edited by hand is refused
     edited = tmp_path / "edited"
     shutil.copytree(FIXTURE / "golden", edited)

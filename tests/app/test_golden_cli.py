@@ -67,7 +67,7 @@ def test_golden_expected_round_trip(row, tmp_path, capsys):
 
     assert header["per_query"] == "expected_per_query.csv"
     pinned = load_pinned_per_query(out, header)
-    assert pinned is not None and pinned.startswith("query_id,kind,tags,")
+    assert pinned is not None and pinned.startswith("query_id,kind,tags,judgement_digest,")
     assert "query," not in pinned.splitlines()[0]  # no query text pinned
     assert {e.metric for e in exp} >= {"mrr", "recall_at_8", "dropped_rate", "abstain_rate"}
     assert check_expected(metrics, exp) == []
