@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import uuid
@@ -295,6 +296,11 @@ def expected_side(path: Path) -> Side:
 
     path = Path(path)
     if path.is_dir():
+        if not (path / EXPECTED_FILE).is_file():
+            raise GateError(f"{path}: a directory without an {EXPECTED_FILE} (a baseline is a "
+                            f"run id, an {EXPECTED_FILE}, or the golden directory holding one; "
+                            f"write one with rag golden expected --run RUN_ID --out "
+                            f"{path / EXPECTED_FILE})")
         path = path / EXPECTED_FILE
     try:
         header, expectations = load_expected(path)
@@ -343,12 +349,13 @@ def row_side(ledger: Any, ref: str) -> Side:
 
 
 def is_expectation(ref: str) -> bool:
-    """Whether a reference names an expected.yaml (a ``.yaml``/``.yml`` path, or a directory
-    holding one) rather than a ledger row."""
-    from rag.eval.expected import EXPECTED_FILE
-
+    """Whether a reference names an expected.yaml rather than a ledger row: a ``.yaml``/``.yml``
+    path, a path with a folder in it, or a file or directory that exists (a run id has no
+    ``/`` and names no file). A directory or a file that holds no expectation is then refused
+    as such (:func:`expected_side`), not looked up as a run id."""
     p = Path(ref)
-    return ref.endswith((".yaml", ".yml")) or (p.is_dir() and (p / EXPECTED_FILE).is_file())
+    return (ref.endswith((".yaml", ".yml")) or "/" in ref or os.sep in ref
+            or p.exists())
 
 
 def check_comparable(base: Side, cand: Side) -> list[str]:

@@ -614,6 +614,20 @@ def test_against_an_expectation_with_and_without_a_pinned_table(store, capsys, t
     assert code == 2 and "does not match per_query_sha256" in err[0]
 
 
+def test_a_path_that_holds_no_expectation_is_refused_as_such(store, capsys, tmp_path):
+    uri, ids, _, _ = store
+    empty = tmp_path / "golden-without-pin"
+    empty.mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    for ref, why in [(str(empty), "a directory without an expected.yaml"),
+                     (str(notes), "notes.txt: expected a mapping"),
+                     (str(tmp_path / "gone"), "gone: cannot read")]:
+        code, _, err, *_ = gate([ref, ids["same"], "--tracking-uri", uri], capsys, tmp_path)
+        assert code == EXIT_CANNOT_COMPARE and len(err) == 1 and why in err[0], (ref, err)
+        assert "no ledger row" not in err[0]
+
+
 def test_fresh_runs_the_baselines_condition_plus_the_overrides_given(store, capsys, tmp_path):
     from rag.app.cli import build_parser
     from rag.app.gate import run as gate_run

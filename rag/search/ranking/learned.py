@@ -103,7 +103,7 @@ def candidate_matrix(cands: Sequence[Mapping[str, float | None]], *, identifier:
 
 
 #: the fusion of a model file without ``provenance.fusion``: every model before 2026-12-06,
-#: when RRF was the only fusion (models/ranking/lambdamart/ were trained under it)
+#: when RRF was the only fusion (the models shipped before then were trained under it)
 FUSION_BEFORE_RECORDED = "rrf"
 
 
