@@ -494,6 +494,11 @@ def open_client(uri: str, *, create: bool = True, attempts: int = 8, delay_s: fl
     from mlflow.tracking import MlflowClient
 
     retries = server_retries(retries)
+    if "://" not in uri and not uri.startswith("sqlite:"):
+        # MLflow would read a bare path as its file store (deprecated; rag never writes one)
+        raise LedgerError(f"cannot open the ledger at {uri}: a path, not a tracking URI (a "
+                          f"ledger is an SQLite database, sqlite:///{Path(uri).resolve()}, or "
+                          "a tracking server, http://HOST:PORT)")
     db = sqlite_path(uri)
     if db is not None:
         _check_sqlite_file(uri, db, create=create)

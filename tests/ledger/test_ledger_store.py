@@ -97,10 +97,20 @@ def test_transient_store_errors_are_told_from_real_ones():
     assert not is_transient_store_error(Exception("unable to open database file"))
 
 
-@pytest.mark.parametrize("kind", ["text", "parent_is_a_file", "directory"])
+@pytest.mark.parametrize("kind", ["text", "parent_is_a_file", "directory", "bare_path"])
 def test_a_store_that_cannot_be_opened_is_one_ledger_error(tmp_path, kind):
     from rag.ledger.mlflow_store import Ledger, LedgerError
 
+    if kind == "bare_path":  # MLflow would make it a file store: refused before it does
+        db = tmp_path / "notes.txt"
+        db.write_text("my notes\n")
+        with pytest.raises(LedgerError) as err:
+            Ledger(str(db))
+        assert str(err.value) == (f"cannot open the ledger at {db}: a path, not a tracking URI "
+                                  f"(a ledger is an SQLite database, sqlite:///{db}, or a "
+                                  "tracking server, http://HOST:PORT)")
+        assert db.read_text() == "my notes\n" and sorted(tmp_path.iterdir()) == [db]
+        return
     if kind == "text":
         db = tmp_path / "notes.db"
         db.write_text("these are my notes, not a database\n")
