@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rag",
         description="Evaluation harness and experiment tracker for retrieval over code repositories.",
         epilog="Exit status: 0 ok, 1 check failed (regression, label rot), 2 could not run "
-               "(bad usage, config or input), 3 no result, 130 interrupted, 141 stdout closed "
+               "(bad usage, config or input), 3 no result, 4 inconclusive (rag gate: not "
+               "enough queries to decide), 130 interrupted, 141 stdout closed "
                "(docs/cli.md, Exit codes).")
     parser.add_argument("--version", action=_VersionAction, nargs=0,
                         help="show program's version number and exit")

@@ -21,6 +21,14 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def plural(unit: str) -> str:
+    """English plural of a counted unit: ``chunk`` -> ``chunks``, ``query`` -> ``queries``
+    (a consonant before the y), ``day`` -> ``days``."""
+    if len(unit) > 1 and unit.endswith("y") and unit[-2] not in "aeiou":
+        return unit[:-1] + "ies"
+    return unit + "s"
+
+
 class LogProgress:
     """tqdm's ``update``/``close`` for a non-terminal stream: a line such as
     ``embedding: 1024/5272 chunks (19%), 48.2 chunks/s, ETA 1:28`` every ``every_s``
@@ -30,6 +38,7 @@ class LogProgress:
     def __init__(self, total: int, *, desc: str, unit: str, stream: TextIO,
                  every_s: float = EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.total, self.desc, self.unit, self.stream = total, desc, unit, stream
+        self.units = plural(unit)
         self.every_s, self.clock = every_s, clock
         self.n = 0
         self.start = self.last = clock()
@@ -47,13 +56,13 @@ class LogProgress:
         rate = self.n / spent
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         eta = f", ETA {_clock((self.total - self.n) / rate)}" if rate > 0 and self.total else ""
-        print(f"{self.desc}: {self.n}/{self.total} {self.unit}s{share}, {rate:.1f} "
-              f"{self.unit}s/s{eta}", file=self.stream, flush=True)
+        print(f"{self.desc}: {self.n}/{self.total} {self.units}{share}, {rate:.1f} "
+              f"{self.units}/s{eta}", file=self.stream, flush=True)
         self.lines += 1
 
     def close(self) -> None:
         if self.lines:
-            print(f"{self.desc}: {self.n}/{self.total} {self.unit}s in "
+            print(f"{self.desc}: {self.n}/{self.total} {self.units} in "
                   f"{_clock(self.clock() - self.start)}", file=self.stream, flush=True)
             self.lines = 0
 

@@ -37,6 +37,18 @@ def test_a_line_every_ten_seconds_then_a_last_one():
         "embedding: 1000/1000 chunks in 0:50"]
 
 
+def test_units_are_plural_in_english():
+    from rag.core.progress import plural
+
+    assert [plural(u) for u in ("chunk", "query", "file", "day", "key", "y")] == \
+        ["chunks", "queries", "files", "days", "keys", "ys"]
+    clock, out = Clock(), io.StringIO()
+    p = LogProgress(40, desc="evaluating", unit="query", stream=out, clock=clock)
+    clock.t += 10
+    p.update(20)
+    assert out.getvalue() == "evaluating: 20/40 queries (50%), 2.0 queries/s, ETA 0:10\n"
+
+
 def test_a_quick_step_prints_nothing_and_a_tty_gets_a_bar():
     out = io.StringIO()
     assert list(progress_iter(range(5), total=5, desc="chunking", unit="file", stream=out)) == \
