@@ -518,21 +518,30 @@ class KnownCandidates:
 
 
 def known_candidates(old: Path | None, golden: str | None) -> KnownCandidates:
-    """Read the decisions a re-mine must respect (:class:`KnownCandidates`). A candidates file
-    that does not parse, or whose ``discarded:`` is not a list, is named in ``warnings`` (its
-    list cannot be carried over)."""
+    """Read the decisions a re-mine must respect (:class:`KnownCandidates`).
+
+    Raises:
+        MiningError: the old candidates file does not parse, or its ``discarded:`` is not a
+            list: its review decisions cannot be carried over, and overwriting it would
+            propose the discarded candidates again (fix the file, or move it away).
+    """
     known = KnownCandidates()
     if old is not None:
+        keep = ("its candidates discarded in review would be proposed again: fix the file, "
+                "or move it away to start over; nothing was written")
         try:
             data = yaml.safe_load(old.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            known.warnings.append(f"{old}: cannot read its discarded: list ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]}); "
-                                  "overwritten without it")
-            data = None
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{old}:{mark.line + 1}" if mark is not None else str(old)
+            first = (str(getattr(exc, "problem", None) or exc).strip().splitlines()
+                     or [type(exc).__name__])[0]
+            raise MiningError(f"{where}: cannot read its discarded: list ({first}); "
+                              f"{keep}") from None
         listed = data.get("discarded") if isinstance(data, dict) else None
         if listed is not None and not isinstance(listed, list):
-            known.warnings.append(f"{old}: discarded: is not a list; overwritten without it")
-        elif listed:
+            raise MiningError(f"{old}: discarded: is not a list; {keep}")
+        if listed:
             known.discarded = list(listed)
     if golden:
         try:

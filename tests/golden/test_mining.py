@@ -473,7 +473,8 @@ def test_a_remine_leaves_out_what_review_decided_one_candidate_at_a_time(tmp_pat
     """A query of queries.yaml mined from one docstring hides that symbol only (every
     docstring candidate names its symbol in its source), a discarded one is skipped and its
     entry carried over as it was, --max counts new candidates only, a bad --max is still
-    refused, and a discarded: that is not a list is named, not silently dropped."""
+    refused, and a discarded: that is not a list (or a file that does not parse) is refused,
+    not silently dropped."""
     from rag.app.cli import main
 
     (tmp_path / "pkg").mkdir()
@@ -499,10 +500,23 @@ def test_a_remine_leaves_out_what_review_decided_one_candidate_at_a_time(tmp_pat
     assert again["candidates"] == [] and again["discarded"] == first["discarded"]
     assert main([*args, "--force", "--max", "-1"]) == 2
     assert "--max must be >= 0" in capsys.readouterr().err
-    out.write_text(out.read_text().replace("discarded:", "old:") + "discarded: oops\n")
-    assert main([*args, "--force", "--max", "1"]) == 0
-    err = capsys.readouterr().err
-    assert f"warning: {out}: discarded: is not a list; overwritten without it" in err
-    # without the discard, Cache is proposed again: --max 1 counts it, not load_config
+    # a discarded: that cannot be read is refused, even with --force: overwriting the file
+    # would propose what review discarded again; the file is left as it was
+    broken = out.read_text().replace("discarded:", "old:") + "discarded: oops\n"
+    out.write_text(broken)
+    assert main([*args, "--force", "--max", "1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {out}: discarded: is not a list; "
+                                               "its candidates discarded in review"), err
+    assert out.read_text() == broken
+    out.write_text("candidates:\n- id: [unclosed\n")
+    assert main([*args, "--force"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {out}:3: cannot read its discarded: "), err
+    assert "expected ',' or ']'" in err[0]  # the parser's own words, where it noticed (end)
+    # moved away, the next mine starts over: Cache is proposed again
+    out.unlink()
+    assert main([*args, "--max", "1"]) == 0
+    capsys.readouterr()
     assert [c["relevant"][0]["symbol"] for c in yaml.safe_load(out.read_text())["candidates"]] \
         == ["Cache"]
