@@ -106,16 +106,38 @@ class RunSource:
 
 # ---------------------------------------------------------------------------- labels
 
+def _well_formed(lab: Any) -> bool:
+    if not isinstance(lab, Mapping) or not isinstance(lab.get("path"), str):
+        return False
+    lines = lab.get("lines")
+    return lines is None or (isinstance(lines, list) and len(lines) == 2 and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in lines))
+
+
 def well_formed_labels(raw: Any) -> list[dict[str, Any]]:
     """The well-formed labels of a list: a string ``path`` and, when given, ``lines`` of two
-    integers (a malformed label judges nothing; ``rag golden check`` names it)."""
-    def ok(lab: Any) -> bool:
-        if not isinstance(lab, Mapping) or not isinstance(lab.get("path"), str):
-            return False
-        lines = lab.get("lines")
-        return lines is None or (isinstance(lines, list) and len(lines) == 2 and all(
-            isinstance(x, int) and not isinstance(x, bool) for x in lines))
-    return [lab for lab in raw if ok(lab)] if isinstance(raw, list) else []
+    integers (a malformed label of the golden set judges nothing; ``rag golden check`` names
+    it)."""
+    return [lab for lab in raw if _well_formed(lab)] if isinstance(raw, list) else []
+
+
+def candidate_labels(raw: Any, where: str, key: str) -> list[dict[str, Any]]:
+    """A candidate's ``relevant:`` or ``not_relevant:`` (``key``) list; absent is empty.
+
+    Raises:
+        PoolError: not a list, or a label without a string ``path`` or with ``lines`` that
+            are not two integers (``where``: the file and the candidate's id).
+    """
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise PoolError(f"{where}: {key}: must be a list of labels ({{path: ...}}, with a "
+                        f"symbol or lines: [start, end]), got {raw!r}; nothing was pooled")
+    for n, lab in enumerate(raw, 1):
+        if not _well_formed(lab):
+            raise PoolError(f"{where}: {key}: label {n} ({lab!r}) needs a 'path' and, if "
+                            "given, 'lines' of two integers; nothing was pooled")
+    return list(raw)
 
 
 _SPAN = re.compile(r"^L(\d+)-(\d+)$")
@@ -279,10 +301,11 @@ def load_pool_queries(golden_dir: Path, files: Sequence[Path] | None = None,
                                 "only into the golden set and candidates files; give its "
                                 "entries as a candidates file (a 'candidates:' list)")
             else:  # a candidate: its relevant labels are proposals, judged in review
-                out.append(PoolQuery(id=qid, query=item["query"].strip(), origin=str(f),
-                                     source=item.get("source"),
-                                     not_relevant=well_formed_labels(item.get("not_relevant")),
-                                     proposed=well_formed_labels(item.get("relevant"))))
+                where = f"{f}: candidate {qid!r}"
+                out.append(PoolQuery(
+                    id=qid, query=item["query"].strip(), origin=str(f), source=item.get("source"),
+                    not_relevant=candidate_labels(item.get("not_relevant"), where, "not_relevant"),
+                    proposed=candidate_labels(item.get("relevant"), where, "relevant")))
     return out
 
 

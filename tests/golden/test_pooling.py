@@ -575,6 +575,15 @@ def test_load_pool_queries_candidates_and_errors(setup):
     bad.write_text("nothing: here\n")
     with pytest.raises(PoolError, match="'queries:' or 'candidates:'"):
         load_pool_queries(golden, [bad])
+    # a candidate's labels edited by hand into something else: named, not dropped
+    for labels, why in [("relevant: notalist", "relevant: must be a list of labels"),
+                        ("relevant: [{symbol: f}]", "relevant: label 1 ({'symbol': 'f'}) needs a 'path'"),
+                        ("not_relevant: [{path: a.py, lines: [3]}]",
+                         "not_relevant: label 1 ({'path': 'a.py', 'lines': [3]}) needs")]:
+        bad.write_text(f"candidates:\n  - id: c1\n    query: the refund\n    {labels}\n")
+        with pytest.raises(PoolError) as err:
+            load_pool_queries(golden, [bad])
+        assert str(err.value).startswith(f"{bad.resolve()}: candidate 'c1': {why}"), str(err.value)
     (tmp_path / "notpool.jsonl").write_text(json.dumps({"x": 1}) + "\n")
     with pytest.raises(PoolError, match="not a pool file"):
         read_pool(tmp_path / "notpool.jsonl")
