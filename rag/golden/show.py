@@ -20,7 +20,8 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
 
     Returns:
         ``{"path", "category", "language", "lines", "chunks": [{"start_line", "end_line",
-        "kind", "symbol", "label"}]}``: ``lines`` the file's line count; ``label`` the
+        "kind", "symbol", "label"}]}`` (a ``module`` chunk also has ``runs``: the ``[a, b]``
+        runs of its lines that no symbol holds): ``lines`` the file's line count; ``label`` the
         label that names the chunk's unit (``{path, symbol}``; ``{path, lines}`` for a
         window; None for ``<module>`` code, whose chunk spans the lines between the symbols:
         label a span of them).
@@ -44,6 +45,7 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
     category = categorize(path)
     chunks = chunk_document(Document(path=path, category=category, text=text, size=len(data)))
     out = []
+    held = [(c.start_line, c.end_line) for c in chunks if c.kind != "module"]
     for c in sorted(chunks, key=lambda c: (c.start_line, c.end_line)):
         if c.symbol and c.symbol != MODULE_SYMBOL:
             label = {"path": path, "symbol": c.symbol}
@@ -51,10 +53,30 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
             label = None
         else:
             label = {"path": path, "lines": [c.start_line, c.end_line]}
-        out.append({"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
-                    "symbol": c.symbol, "label": label})
+        row = {"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
+               "symbol": c.symbol, "label": label}
+        if c.kind == "module":
+            row["runs"] = _runs_outside(c.start_line, c.end_line, held)
+        out.append(row)
     return {"path": path, "category": category, "language": language_name(path),
             "lines": len(split_lines(text)), "chunks": out}
+
+
+def _runs_outside(start: int, end: int, held: list[tuple[int, int]]) -> list[list[int]]:
+    """The runs ``[a, b]`` of lines ``start..end`` (1-based, inclusive) that no span of
+    ``held`` covers: where module code lies between the symbols."""
+    covered = set()
+    for a, b in held:
+        covered.update(range(max(a, start), min(b, end) + 1))
+    runs: list[list[int]] = []
+    for n in range(start, end + 1):
+        if n in covered:
+            continue
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return runs
 
 
 def _relative(file: str, root: str | None) -> tuple[Path, str]:
@@ -120,10 +142,14 @@ def show_command(args: argparse.Namespace) -> int:
     how = got["language"] or ("sections" if "section" in kinds else "line windows")
     print(f"{got['path']}  ({got['category']}, {how}, {got['lines']} lines, "
           f"{len(got['chunks'])} chunks)")
-    width = max([len(f"{c['start_line']}-{c['end_line']}") for c in got["chunks"]] + [5])
+    def span_of(c: dict[str, Any]) -> str:  # module code: only the lines between symbols
+        runs = c.get("runs") or [[c["start_line"], c["end_line"]]]
+        return ", ".join(f"{a}-{b}" for a, b in runs)
+
+    width = max([len(span_of(c)) for c in got["chunks"]] + [5])
     print(f"  {'lines':<{width}}  {'kind':<8}  label")
     for c in got["chunks"]:
-        span = f"{c['start_line']}-{c['end_line']}"
+        span = span_of(c)
         lab = c["label"]
         what = (f"symbol: {lab['symbol']}" if lab and "symbol" in lab
                 else f"lines: [{lab['lines'][0]}, {lab['lines'][1]}]" if lab

@@ -33,6 +33,21 @@ def test_show_lists_chunks_and_their_labels(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["path"] == "src/shop/cart.py"
 
 
+def test_module_code_between_symbols_is_shown_as_its_own_runs(tmp_path, capsys):
+    # Go: the package clause and import (1-4) and a var after the type (9-10) are module
+    # code; the type with its doc comment (5-8) is a symbol between them
+    repo = write_tree(tmp_path / "repo", {"render/pdf.go": (
+        'package render\n\nimport "net/http"\n\n// PDF renders.\ntype PDF struct {\n'
+        '\tData []byte\n}\n\nvar pdfType = []string{"application/pdf"}\n')})
+    got = {c["kind"]: c for c in file_chunks(repo, "render/pdf.go")["chunks"]}
+    assert (got["class"]["start_line"], got["class"]["end_line"]) == (5, 8)
+    assert (got["module"]["start_line"], got["module"]["end_line"]) == (1, 10)
+    assert got["module"]["runs"] == [[1, 4], [9, 10]]
+    assert show_command(_args("render/pdf.go", "--path", str(repo))) == 0
+    out = capsys.readouterr().out
+    assert "  1-4, 9-10  module    (module code" in out and "  5-8        class     symbol: PDF" in out
+
+
 def test_show_errors(tmp_path, capsys):
     repo = write_tree(tmp_path / "repo", {"a.bin": "x\0y"})
     assert show_command(_args("nope.py", "--path", str(repo))) == 2
