@@ -895,6 +895,8 @@ class Summary:
     written: set[str] = field(default_factory=set)
     coverage: tuple[int, int] = (0, 0)  # (judged, pooled) units of the pool at the end
     discarded: int = 0
+    # verdicts that named a unit the hit does not have (y SYMBOL / y L<a>-<b>): not judged
+    unapplied: int = 0
 
 
 def label_source(pair: Pair, reviewer: str | None = None) -> str:
@@ -1051,6 +1053,7 @@ def review(pool_file: Path, golden_dir: Path, corpus_root: Path | None, keys: Ke
                 if doc is None:
                     out.write(f"not judged: {why}; skipped\n")
                     summary.skipped += 1
+                    summary.unapplied += 1
                     break
             if key in ("y", "n") and (error or (code is not None and code.missing)):
                 # a hit whose file or symbol is not in the corpus now: a label on it would not
@@ -1207,4 +1210,10 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
                     if summary.coverage[1] else "")
                  + (f"; wrote {', '.join(sorted(summary.written))}" if summary.written else "")
                  + "\n")
+    if summary.unapplied and (args.script or not stdin.isatty()):
+        # a script cannot retry a key as a person does: its caller must learn of the miss
+        print(f"error: {summary.unapplied} verdict(s) of the script named a unit the hit does "
+              "not have (each 'not judged' above) and were not applied; every other verdict "
+              "is saved", file=sys.stderr)
+        return 1
     return 0
