@@ -677,7 +677,7 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_forma
     Raises:
         ValueError: neither is set.
     """
-    from rag.core.names import safe_component
+    from rag.core.names import corpus_name_of_dir, safe_component
 
     fmt = str(getattr(dataset_format, "value", dataset_format))
     if fmt == "beir" and dataset_name:
@@ -685,8 +685,7 @@ def default_corpus_name(path: Optional[str], sdist: Optional[str], dataset_forma
     if fmt == "semble" and dataset_name and dataset_repo:
         return safe_component(f"{dataset_name}-{dataset_repo}", what="corpus.name", encode=True)
     if path:
-        base = Path(str(path)).expanduser().resolve().name or "root"
-        return safe_component(base, what="corpus.name", encode=True)
+        return corpus_name_of_dir(str(path))
     if sdist:
         req = str(sdist).replace(" ", "")
         if "==" in req:

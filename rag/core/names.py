@@ -73,3 +73,13 @@ def digest(text: str, n: int = 8) -> str:
     """The first ``n`` hex digits of the SHA-256 of ``text`` (UTF-8, lone surrogates kept), for
     keying a folder by something longer than a name (e.g. a corpus directory's resolved path)."""
     return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:n]
+
+
+def corpus_name_of_dir(path: str) -> str:
+    """The corpus name of a directory indexed by path (``corpus.path=DIR``): its folder name
+    (of the resolved path; ``root`` for ``/``), encoded by :func:`safe_component` when it is
+    not a safe folder name."""
+    from pathlib import Path
+
+    base = Path(str(path)).expanduser().resolve().name or "root"
+    return safe_component(base, what="corpus.name", encode=True)

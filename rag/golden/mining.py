@@ -446,7 +446,9 @@ def add_mine_parser(sub) -> argparse.ArgumentParser:
                    help="the golden directory: default place of the output, and its "
                         "queries.yaml's corpus: names the candidates' corpus")
     p.add_argument("--corpus", default=None, metavar="NAME",
-                   help="the corpus name written as corpus: (default: from --golden, else none)")
+                   help="the corpus name written as corpus: (default: from --golden, else "
+                        "--path's directory name, the name python -m rag.run corpus.path=DIR "
+                        "gives it)")
     p.add_argument("--force", action="store_true",
                    help="overwrite an existing candidates file (default: refused); what its "
                         "discarded: list and --golden's queries.yaml hold is not proposed again")
@@ -616,7 +618,10 @@ def mine_command(args: argparse.Namespace) -> int:
         known = known_candidates(out if out.exists() else None, args.golden)
         result = mine(args, known)
         result.warnings[:0] = known.warnings
-        text = render_candidates(result, corpus=args.corpus or _corpus_of(args.golden))
+        from rag.core.names import corpus_name_of_dir
+
+        corpus = args.corpus or _corpus_of(args.golden) or corpus_name_of_dir(str(args.path))
+        text = render_candidates(result, corpus=corpus)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8", newline="\n")
     except (MiningError, OSError) as exc:

@@ -464,6 +464,8 @@ def test_mine_command_git_file_round_trips(history, tmp_path):
                               "--with-body")) == 0
     data = yaml.safe_load(out.read_text())
     assert data["at"] == c["R"] and data["skipped"]["merge"] == 1
+    # without --golden or --corpus: the name rag.run corpus.path=DIR gives the directory
+    assert data["corpus"] == r.root.name
     assert [x["commit"] for x in data["candidates"]] == [c[k] for k in "RLKBA"]
     assert data["candidates"][3]["query"].endswith("\n\nQuoted values kept their quotes.")
     assert data["candidates"][1]["relevant"] == [{"path": "pkg/core/parse.py", "symbol": "Reader.read"}]
