@@ -350,12 +350,17 @@ def row_side(ledger: Any, ref: str) -> Side:
 
 def is_expectation(ref: str) -> bool:
     """Whether a reference names an expected.yaml rather than a ledger row: a ``.yaml``/``.yml``
-    path, a path with a folder in it, or a file or directory that exists (a run id has no
-    ``/`` and names no file). A directory or a file that holds no expectation is then refused
+    path, a path with a folder in it, a directory, or a file that exists and is not named
+    like a run id (hex). A directory or a file that holds no expectation is then refused
     as such (:func:`expected_side`), not looked up as a run id."""
     p = Path(ref)
-    return (ref.endswith((".yaml", ".yml")) or "/" in ref or os.sep in ref
-            or p.exists())
+    return (ref.endswith((".yaml", ".yml")) or "/" in ref or os.sep in ref or p.is_dir()
+            or (p.is_file() and not _RUN_ID.fullmatch(ref)))
+
+
+#: what a run id (or a prefix of one) looks like: a file of that name in the working
+#: directory does not make it a path
+_RUN_ID = re.compile(r"[0-9a-fA-F]{4,32}")
 
 
 def check_comparable(base: Side, cand: Side) -> list[str]:

@@ -69,7 +69,7 @@ def clean_subject(subject: str) -> str:
 
 def conventional_type(subject: str) -> tuple[str | None, str | None]:
     """``(type, scope)`` of a Conventional Commits subject, lower-cased; ``(None, scope)``
-    for a Go-style package prefix (``lint: ...`` -> ``(None, "lint")``); ``(None, None)``
+    for a Go-style package prefix (``tree: ...`` -> ``(None, "tree")``); ``(None, None)``
     for a subject with neither."""
     m = CONVENTIONAL_PREFIX.match(subject.strip())
     if not m:
@@ -177,17 +177,21 @@ def housekeeping_reason(subject: str, changed: Iterable[str]) -> str | None:
     kinds = {file_kind(p) for p in changed}
     ctype, scope = conventional_type(subject)
     rest = clean_subject(subject)
+    # a Go-style area prefix is stripped from the query, but its word may be the reason
+    # ("typo: fix comment", "gofmt: apply", "dependabot: bump x"): the keyword checks read
+    # it; the checks anchored at the subject's start read the query alone
+    words = f"{scope}: {rest}" if scope and ctype is None else rest
     if kinds and kinds <= {"manifest"} or scope in ("deps", "deps-dev", "dependencies") \
-            or ctype == "deps" or (_BUMP.search(rest) and ("manifest" in kinds
-                                                            or _DEPENDENCY_WORDS.search(rest))):
+            or ctype == "deps" or (_BUMP.search(words) and ("manifest" in kinds
+                                                             or _DEPENDENCY_WORDS.search(words))):
         return "dependency_bump"
     if kinds and kinds <= {"ci", "manifest", "config"} or ctype in ("ci", "build") \
-            or (_CI_WORDS.search(rest) and "code" not in kinds):
+            or (_CI_WORDS.search(words) and "code" not in kinds):
         return "ci"
     if ctype in ("style", "lint") or scope in ("types", "typing", "lint", "style") \
-            or _LINT.search(rest):
+            or _LINT.search(words):
         return "lint_or_format"
-    if _TYPO.search(rest):
+    if _TYPO.search(words):
         return "typo"
     if ctype in ("doc", "docs") or kinds and kinds <= {"docs", "changelog", "ci"} \
             and "docs" in kinds:

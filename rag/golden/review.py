@@ -1212,8 +1212,8 @@ def review_command(args: argparse.Namespace, *, stdin: TextIO | None = None,
                  + "\n")
     if summary.unapplied and (args.script or not stdin.isatty()):
         # a script cannot retry a key as a person does: its caller must learn of the miss
-        print(f"error: {summary.unapplied} verdict(s) of the script named a unit the hit does "
-              "not have (each 'not judged' above) and were not applied; every other verdict "
-              "is saved", file=sys.stderr)
+        print(f"error: {summary.unapplied} 'y UNIT' verdict(s) of the script could not be "
+              "applied (each 'not judged' above says why); every other verdict is saved",
+              file=sys.stderr)
         return 1
     return 0

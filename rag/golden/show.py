@@ -46,6 +46,7 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
     chunks = chunk_document(Document(path=path, category=category, text=text, size=len(data)))
     out = []
     held = [(c.start_line, c.end_line) for c in chunks if c.kind != "module"]
+    blank = {n for n, line in enumerate(split_lines(text), 1) if not line.strip()}
     for c in sorted(chunks, key=lambda c: (c.start_line, c.end_line)):
         if c.symbol and c.symbol != MODULE_SYMBOL:
             label = {"path": path, "symbol": c.symbol}
@@ -56,27 +57,38 @@ def file_chunks(root: Path, path: str) -> dict[str, Any]:
         row = {"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
                "symbol": c.symbol, "label": label}
         if c.kind == "module":
-            row["runs"] = _runs_outside(c.start_line, c.end_line, held)
+            row["runs"] = _runs_outside(c.start_line, c.end_line, held, blank)
         out.append(row)
     return {"path": path, "category": category, "language": language_name(path),
             "lines": len(split_lines(text)), "chunks": out}
 
 
-def _runs_outside(start: int, end: int, held: list[tuple[int, int]]) -> list[list[int]]:
+def _runs_outside(start: int, end: int, held: list[tuple[int, int]],
+                  blank: set[int] | frozenset[int] = frozenset()) -> list[list[int]]:
     """The runs ``[a, b]`` of lines ``start..end`` (1-based, inclusive) that no span of
-    ``held`` covers: where module code lies between the symbols."""
+    ``held`` covers: where module code lies between the symbols. ``blank`` lines never
+    start or end a run, and a run goes on across them (blank lines between two methods
+    are no module code)."""
     covered = set()
     for a, b in held:
         covered.update(range(max(a, start), min(b, end) + 1))
     runs: list[list[int]] = []
+    joinable = False  # only uncovered blank lines since the last run's end
     for n in range(start, end + 1):
         if n in covered:
+            joinable = False
+        elif n in blank:
             continue
-        if runs and runs[-1][1] == n - 1:
+        elif runs and joinable:
             runs[-1][1] = n
         else:
             runs.append([n, n])
+            joinable = True
     return runs
+
+
+#: module-code runs shown per row of the table (the JSON lists them all)
+SHOWN_RUNS = 3
 
 
 def _relative(file: str, root: str | None) -> tuple[Path, str]:
@@ -144,7 +156,8 @@ def show_command(args: argparse.Namespace) -> int:
           f"{len(got['chunks'])} chunks)")
     def span_of(c: dict[str, Any]) -> str:  # module code: only the lines between symbols
         runs = c.get("runs") or [[c["start_line"], c["end_line"]]]
-        return ", ".join(f"{a}-{b}" for a, b in runs)
+        text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs[:SHOWN_RUNS])
+        return text + (f", … (+{len(runs) - SHOWN_RUNS})" if len(runs) > SHOWN_RUNS else "")
 
     width = max([len(span_of(c)) for c in got["chunks"]] + [5])
     print(f"  {'lines':<{width}}  {'kind':<8}  label")

@@ -614,6 +614,18 @@ def test_against_an_expectation_with_and_without_a_pinned_table(store, capsys, t
     assert code == 2 and "does not match per_query_sha256" in err[0]
 
 
+def test_what_names_an_expectation(tmp_path, monkeypatch):
+    from rag.app.gate import is_expectation
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "0123abcd").write_text("x")  # a file named like a run id: still a run id
+    (tmp_path / "notes").write_text("x")
+    (tmp_path / "golden").mkdir()
+    assert [is_expectation(r) for r in ("0123abcd", "notes", "golden", "x/expected.yaml",
+                                        "e.yml", "./0123abcd", "0666d347")] == [
+        False, True, True, True, True, True, False]
+
+
 def test_a_path_that_holds_no_expectation_is_refused_as_such(store, capsys, tmp_path):
     uri, ids, _, _ = store
     empty = tmp_path / "golden-without-pin"

@@ -100,6 +100,10 @@ def test_file_kind(path, kind):
     ("Support removal of a route at runtime", ["tree.go"], None),
     ("Add a remove method to the router", ["tree.go"], None),
     ("tree: remove duplicate assignment", ["tree.go"], "removal"),
+    # the area prefix's own word is still read by the keyword checks
+    ("typo: fix comment", ["a/b.go"], "typo"), ("gofmt: apply to tree.go", ["a/b.go"], "lint_or_format"),
+    ("mypy: fix errors", ["a/b.py"], "lint_or_format"),
+    ("dependabot: bump x from 1 to 2", ["a/b.go"], "dependency_bump"),
     ("lint: check the error of Close", ["context.go"], "lint_or_format"),
     ("Add support for Go modules", ["tree.go"], None),
     ("Document the retry option in the README and read it in the client",

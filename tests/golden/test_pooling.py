@@ -455,7 +455,7 @@ def test_y_with_a_unit_narrows_a_whole_file_hit(setup, capsys):
         """))
     # a script's verdict that names a unit the hit lacks is not applied: exit 1, the rest saved
     assert rc == 1, out
-    assert "2 verdict(s) of the script named a unit the hit does not have" in \
+    assert "2 'y UNIT' verdict(s) of the script could not be applied" in \
         capsys.readouterr().err
     assert "not judged: 'no_such_function' is not a symbol of tests/test_cart.py; skipped" in out
     assert "y Shop guide" in out and "not judged: docs/guide.md#Shop guide is not a whole-file hit" in out

@@ -34,18 +34,31 @@ def test_show_lists_chunks_and_their_labels(tmp_path, capsys):
 
 
 def test_module_code_between_symbols_is_shown_as_its_own_runs(tmp_path, capsys):
-    # Go: the package clause and import (1-4) and a var after the type (9-10) are module
-    # code; the type with its doc comment (5-8) is a symbol between them
+    # Go: the package clause and import (1-3, across the blank line 2) and a var after the
+    # type (10) are module code; the type with its doc comment (5-8) is a symbol between
+    # them; blank lines 4 and 9 end no run
     repo = write_tree(tmp_path / "repo", {"render/pdf.go": (
         'package render\n\nimport "net/http"\n\n// PDF renders.\ntype PDF struct {\n'
         '\tData []byte\n}\n\nvar pdfType = []string{"application/pdf"}\n')})
     got = {c["kind"]: c for c in file_chunks(repo, "render/pdf.go")["chunks"]}
     assert (got["class"]["start_line"], got["class"]["end_line"]) == (5, 8)
     assert (got["module"]["start_line"], got["module"]["end_line"]) == (1, 10)
-    assert got["module"]["runs"] == [[1, 4], [9, 10]]
+    assert got["module"]["runs"] == [[1, 3], [10, 10]]
     assert show_command(_args("render/pdf.go", "--path", str(repo))) == 0
     out = capsys.readouterr().out
-    assert "  1-4, 9-10  module    (module code" in out and "  5-8        class     symbol: PDF" in out
+    assert "  1-3, 10  module    (module code" in out and "  5-8      class     symbol: PDF" in out
+    # a long list of runs is cut in the table (the JSON keeps them all)
+    write_tree(repo, {"consts.py": "A = 1\ndef f():\n    pass\nB = 2\ndef g():\n    pass\n"
+                                   "C = 3\ndef h():\n    pass\nD = 4\n"})
+    assert show_command(_args("consts.py", "--path", str(repo))) == 0
+    assert "  1, 4, 7, … (+1)  module" in capsys.readouterr().out
+    assert [c.get("runs") for c in file_chunks(repo, "consts.py")["chunks"]][0] == [
+        [1, 1], [4, 4], [7, 7], [10, 10]]
+    from rag.golden.show import _runs_outside
+
+    assert _runs_outside(1, 20, [(2, 2), (4, 4), (6, 6), (8, 8)]) == [
+        [1, 1], [3, 3], [5, 5], [7, 7], [9, 20]]
+    assert _runs_outside(1, 6, [(3, 4)], blank={2, 5}) == [[1, 1], [6, 6]]
 
 
 def test_show_errors(tmp_path, capsys):

@@ -425,7 +425,7 @@ def mine_git(root: Path, *, at: str = "HEAD", max_candidates: int | None = 200,
                         if _symbol_lines(chunks, ca.symbol) > max_symbol_lines:
                             # a large symbol is labelled by the lines around the deletion,
                             # as by its changed lines when lines were added
-                            loose.extend((above, below))
+                            loose.extend(m for m in (above, below) if m not in quiet)
                         elif ca.symbol not in symbols:
                             symbols.append(ca.symbol)
             before = len(labels)
