@@ -261,9 +261,21 @@ class SearchPipeline:
         ranking_values: dict[str, dict[int, float]] | None = None
         if self.ranking is not None and order:
             t0 = time.perf_counter()
-            order, ranking_values = self.ranking.rank(
-                query, order, self.index,
+            # the stage re-ranks the first ``candidates`` of a single-channel route, as it does
+            # a hybrid route's fused pool: a deeper list asked for by an evaluation (``depth``)
+            # keeps its tail in the channel's order below them, so the top of the ranking is
+            # the same at any depth (``rag search`` ranks what the ledger row measured)
+            head, tail = (order, []) if eff == "hybrid" else (order[:o.candidates],
+                                                             order[o.candidates:])
+            ranked, ranking_values = self.ranking.rank(
+                query, head, self.index,
                 channels={n: (channel_scores[n], no_match[n]) for n in channel_scores})
+            if tail:
+                seen = {i for i, _ in ranked}
+                floor = min((s for _, s in ranked), default=0.0)
+                ranked = ranked + [(i, floor - 1.0 - n * 1e-6) for n, (i, _) in
+                                   enumerate(p for p in tail if p[0] not in seen)]
+            order = ranked
             t["ranking"] = time.perf_counter() - t0
 
         def chunk_rows(pairs) -> list[tuple[str, str | None, int, int, str]]:

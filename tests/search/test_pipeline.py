@@ -245,3 +245,25 @@ def test_the_ranking_stage_logs_its_features_per_hit(index):
     assert "ranking" in res.timings_ms
     plain = SearchPipeline(index, SearchOptions(mode="hybrid", min_dense=0.0, weak_dense=0.0))
     assert "ranking" not in plain.search("handleAuthCallback").ranked[0].scores
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense"])
+def test_a_single_channel_route_ranks_the_same_top_at_any_depth(index, mode):
+    """The ranking stage re-ranks the first ``candidates`` chunks of a single-channel route
+    whatever depth an evaluation asks for; the rest follows in the channel's order. So
+    ``rag search`` (no depth) shows the top the ledger row (depth 40) measured."""
+    from rag.search.ranking import RankingOptions
+
+    opts = SearchOptions(mode=mode, top_k=3, candidates=3, min_dense=0.0, weak_dense=0.0,
+                         ranking=RankingOptions())
+    p = SearchPipeline(index, opts)
+    query = "cart total price discount"
+    shallow, deep = p.search(query), p.search(query, depth=40)
+    assert [h.chunk_id for h in shallow.ranked[:3]] == [h.chunk_id for h in deep.ranked[:3]]
+    # below the stage's head: the channel's own order, unscored by the stage
+    channel = index.bm25.score(query) if mode == "bm25" else \
+        index.dense.scores(index.dense.embed_query(query))
+    tail = deep.ranked[3:]
+    assert tail and all(h.scores.get("ranking") is None for h in tail)
+    got = [channel[[c.id for c in index.chunks].index(h.chunk_id)] for h in tail]
+    assert got == sorted(got, reverse=True)
