@@ -121,7 +121,15 @@ def run_inputs(cfg: DictConfig) -> tuple[Path, Path, dict[str, str]]:
     except OSError as exc:
         raise RunError(f"dataset: {exc}") from None
     if prepared is None:
-        return corpus_root(cfg), golden_dir_for(cfg), {}
+        golden = golden_dir_for(cfg)
+        configured = expand_path(cfg.eval.golden_dir, base=project_root()) \
+            if cfg.eval.golden_dir else None
+        if golden is not None and golden != configured:
+            # the fallback found this corpus's own labels: the row's params and config.yaml
+            # name the labels it was scored on, not the default corpus's
+            cfg.eval.golden_dir = str(golden)
+            cfg.corpus.golden_dir = str(golden)
+        return corpus_root(cfg), golden, {}
     print(prepared.summary(), file=sys.stderr)
     # what the dataset says of its corpus's walk (BEIR: every document)
     for key, value in prepared.corpus_settings.items():

@@ -107,6 +107,8 @@ def test_bare_corpus_path_run_finds_the_scaffold(tmp_path, project, fixture_repo
     assert run_mod.golden_dir_for(cfg) == out
     metrics = run_mod.run_job(cfg, stages=_no_model())
     assert metrics["n_positives"] == 1
+    # the row's config names the labels it was scored on, not golden/flask
+    assert cfg.eval.golden_dir == str(out) and cfg.corpus.golden_dir == str(out)
     # an explicit eval.golden_dir always wins (here: refused for the mismatch, as before)
     cfg = compose(_bm25_overrides(tmp_path, fixture_repo, "eval.golden_dir=golden/flask"))
     assert run_mod.golden_dir_for(cfg) == project / "golden" / "flask"
