@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from rag.eval.significance import ALPHA, POWER, minimum_detectable_effect, required_queries
 
@@ -331,12 +331,20 @@ def add_tool_parsers(acts) -> None:
     add_judge_parser(acts)
     add_calibrate_parser(acts)
 
+    def pinned(g) -> None:  # a pinned release as the corpus, as a run names it
+        g.add_argument("--sdist", default=None, metavar="REQ",
+                       help="a pinned PyPI source distribution, e.g. requests==2.32.3 (as "
+                            "corpus.sdist=REQ; fetched once with pip into the cache)")
+        g.add_argument("--npm", default=None, metavar="SPEC",
+                       help="a pinned npm package, e.g. zod@3.25.76 (as corpus.npm=SPEC)")
+
     def where(parser, *, default_help: str) -> None:
         g = parser.add_mutually_exclusive_group()
         g.add_argument("--corpus", default=None, metavar="NAME",
                        help=f"a corpus config of conf/corpus/ (flask, zod, ...); {default_help}")
         g.add_argument("--path", default=None, metavar="DIR",
                        help="a corpus directory (as corpus.path=DIR)")
+        pinned(g)
 
     it = acts.add_parser(
         "init", help="scaffold queries.yaml and negatives.yaml for a corpus",
@@ -346,12 +354,14 @@ def add_tool_parsers(acts) -> None:
             "the corpus (so the set loads and a run works at once; replace it), and commented "
             "examples of a file label, a symbol label, a span label and a negative with grep "
             "evidence. Default directory: golden/<corpus name>/ in the project (for --corpus, "
-            "the corpus config's golden_dir), where python -m rag.run corpus.path=DIR finds it. "
+            "the corpus config's golden_dir), where python -m rag.run corpus.path=DIR (or "
+            "corpus.sdist=REQ, corpus.npm=SPEC) finds it. "
             "Existing files are not overwritten without --force."))
     g = it.add_mutually_exclusive_group(required=True)
     g.add_argument("--corpus", default=None, metavar="NAME",
                    help="a corpus config of conf/corpus/ (flask, zod, ...)")
     g.add_argument("--path", default=None, metavar="DIR", help="a corpus directory")
+    pinned(g)
     it.add_argument("--out", default=None, metavar="DIR",
                     help="where to write (default: golden/<corpus name>/ in the project)")
     it.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -395,9 +405,22 @@ def add_tool_parsers(acts) -> None:
     st.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _config_for(corpus: str | None, path: str | None):
+def _corpus_args(args: Any) -> tuple[str | None, str | None, list[str]]:
+    """(``--corpus``, ``--path``, the overrides of ``--sdist``/``--npm``) of a golden command."""
+    extra = []
+    if getattr(args, "sdist", None):
+        extra = [_hydra_override("corpus.sdist", args.sdist), "corpus.npm=null",
+                 "corpus.path=null"]
+    elif getattr(args, "npm", None):
+        extra = [_hydra_override("corpus.npm", args.npm), "corpus.sdist=null",
+                 "corpus.path=null"]
+    return args.corpus, args.path, extra
+
+
+def _config_for(corpus: str | None, path: str | None, overrides: Sequence[str] = ()):
     """The composed config of ``--corpus NAME`` (conf/corpus/NAME.yaml), ``--path DIR``
-    (corpus.path, named as a run names it) or the default corpus.
+    (corpus.path, named as a run names it), ``overrides`` (``--sdist``/``--npm``: a pinned
+    release, fetched into the cache) or the default corpus.
 
     Raises:
         ValueError: an unknown corpus config, or DIR is not a directory.
@@ -416,7 +439,7 @@ def _config_for(corpus: str | None, path: str | None):
             raise ValueError(f"--corpus {corpus!r}: not a corpus config name{hint}; known: "
                              f"{', '.join(known)} (conf/corpus/NAME.yaml)")
         return compose_config([f"corpus={corpus}"])
-    cfg = compose_config([])
+    cfg = compose_config(list(overrides))
     if path is not None:
         root = Path(path).expanduser().resolve()
         if not root.is_dir():
@@ -425,14 +448,26 @@ def _config_for(corpus: str | None, path: str | None):
     return cfg
 
 
-def _hydra_arg(key: str, value: str) -> str:
-    """``key=value`` as one shell word that Hydra's override grammar reads back as ``value``."""
+def _hydra_override(key: str, value: str) -> str:
+    """``key=value`` as Hydra's override grammar reads back as ``value`` (quoted when it
+    holds characters the grammar parses: ``requests==2.32.3``)."""
     import re
-    import shlex
 
     if not re.fullmatch(r"[\w./~+:@-]+", value):
         value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return shlex.quote(f"{key}={value}")
+    return f"{key}={value}"
+
+
+def _hydra_arg(key: str, value: str) -> str:
+    """:func:`_hydra_override` as one shell word (``"corpus.sdist='a==1'"`` rather than
+    shlex's ``'corpus.sdist='"'"'a==1'"'"''`` where double quotes can hold it)."""
+    import re
+    import shlex
+
+    word = _hydra_override(key, value)
+    if "'" in word and not re.search(r'["$`\\!]', word):
+        return f'"{word}"'
+    return shlex.quote(word)
 
 
 def _seed_file(view) -> str:
@@ -529,7 +564,7 @@ def init_command(args: argparse.Namespace) -> int:
     from rag.golden.label_check import corpus_view_from_config
 
     try:
-        cfg = _config_for(args.corpus, args.path)
+        cfg = _config_for(*_corpus_args(args))
         view = corpus_view_from_config(cfg)
         if not view.lines:
             raise ValueError(f"corpus {view.name!r} ({view.root}) has no indexable file")
@@ -569,12 +604,17 @@ def init_command(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise
-    default_found = (out == project_root() / "golden" / view.name) if args.path else (
+    pin = ("corpus.sdist", args.sdist, "--sdist") if args.sdist else (
+        ("corpus.npm", args.npm, "--npm") if args.npm else None)
+    by_name = bool(args.path or pin)  # found by the run as golden/<corpus name>
+    default_found = (out == project_root() / "golden" / view.name) if by_name else (
         bool(cfg.corpus.golden_dir) and out == expand_path(cfg.corpus.golden_dir, base=project_root()))
     where = (_hydra_arg("corpus.path", str(view.root)) if args.path
+             else _hydra_arg(pin[0], pin[1]) if pin
              else _hydra_arg("corpus", args.corpus) if args.corpus else "")
     golden_arg = _hydra_arg("eval.golden_dir", str(out))
     check_where = (f"--path {_shq(str(view.root))}" if args.path
+                   else f"{pin[2]} {_shq(pin[1])}" if pin
                    else f"--corpus {args.corpus}" if args.corpus else "")
     print(f"wrote {out / QUERIES_FILE} and {out / NEGATIVES_FILE} for corpus {view.name!r} "
           f"({len(view.lines)} files): one example query labelling {_seed_file(view)}, "
@@ -585,8 +625,11 @@ def init_command(args: argparse.Namespace) -> int:
           "# every label against the corpus, in seconds")
     print("  " + " ".join(w for w in ("python -m rag.run", where, golden_arg) if w)
           + "   # index, evaluate, one ledger row")
-    if default_found and args.path:
+    if default_found and by_name:
         print(f"  (python -m rag.run {where} finds {out} by itself: golden/<corpus name>)")
+    if pin:
+        print(f"  rag golden show FILE --path {_shq(str(view.root))}   # a file's chunks and "
+              "symbols (the fetched release's files are there)")
     print(f"  rag golden stats --golden {_shq(str(out))}")
     return 0
 
@@ -616,7 +659,7 @@ def check_command(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        cfg = _config_for(args.corpus, args.path)
+        cfg = _config_for(*_corpus_args(args))
         golden_dir = Path(args.golden).expanduser().resolve() if args.golden else golden_dir_for(cfg)
         if golden_dir is None:
             raise ValueError(f"no golden set for corpus {cfg.corpus.name!r}: pass --golden DIR")

@@ -74,6 +74,35 @@ def test_init_writes_a_set_that_loads_and_a_bm25_run_accepts(tmp_path, fixture_r
     assert metrics["n_positives"] == 1 and metrics["n_negatives"] == 0
 
 
+def test_init_and_check_name_a_pinned_release(tmp_path, project, monkeypatch, capsys):
+    """--sdist REQ (and --npm SPEC) name the corpus as a run names it: the set goes to
+    golden/<name>-<version>/, which python -m rag.run corpus.sdist=REQ finds by itself, and
+    the printed commands quote the requirement for Hydra and the shell."""
+    import rag.app.run as run_mod
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAG_CACHE_DIR", str(cache))
+    # the release as a fetch leaves it (offline: no pip download)
+    release = write_tree(cache / "corpora" / "demo-1.2.0" / "demo-1.2.0",
+                         {"README.md": "# demo\n", "src/demo/core.py": "def run():\n    pass\n"})
+    (release.parent / ".complete").write_text("demo-1.2.0.tar.gz\n")
+    assert main(["golden", "init", "--sdist", "demo==1.2.0"]) == 0
+    printed = capsys.readouterr().out
+    out = project / "golden" / "demo-1.2.0"
+    assert (out / "queries.yaml").read_text().startswith("# ") and \
+        "corpus: demo-1.2.0" in (out / "queries.yaml").read_text()
+    assert "python -m rag.run \"corpus.sdist='demo==1.2.0'\" eval.golden_dir=" in printed
+    assert f"rag golden check --sdist demo==1.2.0 --golden {out}" in printed
+    assert f"rag golden show FILE --path {release}" in printed
+    assert main(["golden", "check", "--sdist", "demo==1.2.0", "--golden", str(out)]) == 0
+    from rag.app.search_cli import compose_config
+
+    assert run_mod.golden_dir_for(compose_config(["corpus.sdist='demo==1.2.0'"])) == out
+    with pytest.raises(SystemExit) as exit_:
+        main(["golden", "init", "--sdist", "demo==1.2.0", "--path", str(release)])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
 def test_init_refuses_to_overwrite_without_force(tmp_path, fixture_repo, capsys):
     out = tmp_path / "labels"
     assert main(["golden", "init", "--path", str(fixture_repo), "--out", str(out)]) == 0
