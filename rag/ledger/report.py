@@ -100,7 +100,8 @@ ABSURD = 1e300
 
 def abstention_cell(row: LedgerRow) -> str:
     """``top_dense [0.45, 0.55]``: the signal and the (drop, weak) thresholds applied, with
-    ``transferred`` when they came from another row's calibration."""
+    ``transferred`` when they came from another row's calibration; ``off (...)`` for a row
+    whose route runs no dense channel (:func:`rag.search.abstain.never_acts`)."""
     t, p = row.tags, row.params
     signal = t.get("abstain_signal", p.get("abstain.signal", "top_dense"))
     lo = t.get("abstain_min", p.get("abstain.min_dense", "?"))
@@ -112,6 +113,11 @@ def abstention_cell(row: LedgerRow) -> str:
         except ValueError:
             return v
     moved = " transferred" if t.get("abstain_thresholds_source") == "transferred" else ""
+    from rag.search.abstain import never_acts
+
+    mode = p.get("search.mode")
+    if mode and never_acts(mode):  # a BM25 / grep route scores no dense cosine
+        return f"off (search.mode={mode} runs no dense channel)"
     return f"{signal} [{num(lo)}, {num(hi)}]{moved}"
 
 

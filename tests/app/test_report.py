@@ -223,3 +223,17 @@ def test_no_report_cell_prints_a_non_finite_or_absurd_number():
     text = render_ledger([odd], source="sqlite:///x")
     assert "odd" in text and "0.500" in text
     assert not re.search(r"\d{20,}", text) and not re.search(r"\b(inf|nan)\b", text, re.I)
+
+
+def test_the_abstention_cell_says_off_where_the_route_scores_no_dense_cosine():
+    from rag.ledger.report import abstention_cell
+
+    def row(mode):
+        return LedgerRow(run_id="a" * 32, experiment="rag-x", run_name="", start_time_ms=0,
+                         params={"search.mode": mode, "abstain.min_dense": "0.3094",
+                                 "abstain.weak_dense": "0.4067"})
+
+    assert abstention_cell(row("hybrid")) == "top_dense [0.309, 0.407]"
+    assert abstention_cell(row("dense")) == "top_dense [0.309, 0.407]"
+    assert abstention_cell(row("bm25")) == "off (search.mode=bm25 runs no dense channel)"
+    assert abstention_cell(row("grep")) == "off (search.mode=grep runs no dense channel)"
