@@ -301,9 +301,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"pilot row {run_id[:12]}: paired test, alpha {ALPHA}, power {POWER}, assumed "
           f"correlation {args.correlation:g} between two systems' per-query values")
     for r in table:
-        print(f"  {r['metric']:12} pilot {r['pilot_positives']} positives, sd {r['sd']:.3f}: "
-              f"detects {r['mde_at_pilot_size']:.3f} now; {r['positives_needed']} positives "
-              f"needed to detect {r['effect']:g}")
+        head = f"  {r['metric']:12} pilot {r['pilot_positives']} positives, sd {r['sd']:.3f}: "
+        if not r["sd"] > 0:  # every pilot value equal: no variance to size a study from
+            print(head + f"every positive scores {r['mean']:g}, so the pilot has no variance "
+                  "to size a study from (label more, or pilot a row where the metric varies)")
+            continue
+        print(head + f"detects {r['mde_at_pilot_size']:.3f} now; {r['positives_needed']} "
+              f"positives needed to detect {r['effect']:g}")
     return 0
 
 

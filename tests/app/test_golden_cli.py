@@ -44,6 +44,13 @@ def test_golden_power_from_a_pilot_row(row, capsys):
     if sd_d > 0:
         assert mrr["positives_needed"] == required_queries(sd_d, 0.1)
         assert mrr["mde_at_pilot_size"] == pytest.approx(minimum_detectable_effect(sd_d, 3))
+    # the text: a metric without variance in the pilot says so instead of "detects nan"
+    assert main(["golden", "power", "--run", run_id[:8], "--tracking-uri", uri]) == 0
+    text = capsys.readouterr().out
+    assert "nan" not in text and any(r["sd"] == 0 for r in got.values())  # recall: all 1
+    for m, r in got.items():
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(m + " "))
+        assert ("no variance to size a study" in line) == (r["sd"] == 0), line
     for argv, why in [(["--effect", "0"], "--effect must be a finite number > 0"),
                       (["--effect", "nan"], "--effect must be a finite number > 0"),
                       (["--metric", "nope"], "metric 'nope' is not a column")]:
