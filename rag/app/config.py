@@ -241,6 +241,9 @@ class SearchConfig:
     prose_mode: ProseMode = ProseMode.dense
     top_k: int = 8
     candidates: int = 40
+    # the chunks of a single-channel route (bm25, dense, grep; auto's routes) the ranking
+    # stage re-ranks, at any depth (a hybrid route re-ranks its fused candidates)
+    rank_pool: int = 400
     # the channels a hybrid route fuses with RRF (any subset of rag/search/channels.py
     # CHANNEL_NAMES)
     fuse: list[str] = field(default_factory=lambda: ["dense", "bm25"])
@@ -833,6 +836,8 @@ def validate(cfg: DictConfig) -> None:
     if len(fuse) < 2 or len(set(fuse)) != len(fuse) or any(c not in CHANNEL_NAMES for c in fuse):
         raise ValueError(f"search.fuse must name two or more distinct channels of "
                          f"{list(CHANNEL_NAMES)}, got {fuse}")
+    if cfg.search.get("rank_pool", 400) < 1:
+        raise ValueError(f"search.rank_pool must be >= 1, got {cfg.search.rank_pool}")
     if cfg.search.candidates < cfg.search.top_k:
         raise ValueError(
             f"search.candidates ({cfg.search.candidates}) must be >= search.top_k ({cfg.search.top_k})"

@@ -37,6 +37,8 @@ class SearchOptions:
     prose_mode: str = "dense"
     top_k: int = 8
     candidates: int = 40
+    # the chunks of a single-channel route the ranking stage re-ranks, at any depth
+    rank_pool: int = 400
     rrf_k: int = 60
     # how a hybrid route fuses its channels (rag/search/fusion.py FUSIONS) and, for the
     # score-based methods, how each channel's candidate scores are normalised (NORMS)
@@ -74,6 +76,7 @@ class SearchOptions:
         return cls(mode=str(getattr(cfg.search.mode, "value", cfg.search.mode)),
                    prose_mode=str(getattr(cfg.search.prose_mode, "value", cfg.search.prose_mode)),
                    top_k=int(cfg.search.top_k), candidates=int(cfg.search.candidates),
+                   rank_pool=int(cfg.search.get("rank_pool", cls.rank_pool)),
                    rrf_k=int(cfg.fusion.rrf_k),
                    fusion_method=str(cfg.fusion.get("method", cls.fusion_method)),
                    fusion_norm=str(cfg.fusion.get("norm", cls.fusion_norm)),
@@ -193,7 +196,10 @@ class SearchPipeline:
         t0 = time.perf_counter()
         eff = route(query, mode=o.mode, prose_mode=o.prose_mode)
         t["route"] = time.perf_counter() - t0
-        pool = o.candidates if eff == "hybrid" else max(o.candidates, o.top_k, 10 * want_paths)
+        # a single-channel route hands the stage its first ``rank_pool`` chunks (more when an
+        # evaluation asks for a deeper list: the rest keeps the channel's order)
+        head_size = max(o.candidates, o.rank_pool)
+        pool = o.candidates if eff == "hybrid" else max(head_size, o.top_k, 10 * want_paths)
         allowed = None
         if o.types:
             allowed = self.index.category_mask(o.types)
@@ -261,12 +267,12 @@ class SearchPipeline:
         ranking_values: dict[str, dict[int, float]] | None = None
         if self.ranking is not None and order:
             t0 = time.perf_counter()
-            # the stage re-ranks the first ``candidates`` of a single-channel route, as it does
-            # a hybrid route's fused pool: a deeper list asked for by an evaluation (``depth``)
-            # keeps its tail in the channel's order below them, so the top of the ranking is
-            # the same at any depth (``rag search`` ranks what the ledger row measured)
-            head, tail = (order, []) if eff == "hybrid" else (order[:o.candidates],
-                                                             order[o.candidates:])
+            # the stage re-ranks the first ``rank_pool`` chunks of a single-channel route (a
+            # hybrid route: its fused pool): a deeper list asked for by an evaluation
+            # (``depth``) keeps its tail in the channel's order below them, so the top of the
+            # ranking is the same at any depth (``rag search`` ranks what the row measured)
+            head, tail = (order, []) if eff == "hybrid" else (order[:head_size],
+                                                             order[head_size:])
             ranked, ranking_values = self.ranking.rank(
                 query, head, self.index,
                 channels={n: (channel_scores[n], no_match[n]) for n in channel_scores})

@@ -249,13 +249,13 @@ def test_the_ranking_stage_logs_its_features_per_hit(index):
 
 @pytest.mark.parametrize("mode", ["bm25", "dense"])
 def test_a_single_channel_route_ranks_the_same_top_at_any_depth(index, mode):
-    """The ranking stage re-ranks the first ``candidates`` chunks of a single-channel route
+    """The ranking stage re-ranks the first ``rank_pool`` chunks of a single-channel route
     whatever depth an evaluation asks for; the rest follows in the channel's order. So
     ``rag search`` (no depth) shows the top the ledger row (depth 40) measured."""
     from rag.search.ranking import RankingOptions
 
-    opts = SearchOptions(mode=mode, top_k=3, candidates=3, min_dense=0.0, weak_dense=0.0,
-                         ranking=RankingOptions())
+    opts = SearchOptions(mode=mode, top_k=3, candidates=3, rank_pool=3, min_dense=0.0,
+                         weak_dense=0.0, ranking=RankingOptions())
     p = SearchPipeline(index, opts)
     query = "cart total price discount"
     shallow, deep = p.search(query), p.search(query, depth=40)
