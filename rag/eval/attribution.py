@@ -61,9 +61,11 @@ STAGES: tuple[str, ...] = tuple(s.value for s in Stage)
 # one line per stage, for legends (rag diff, rag gate)
 STAGE_HELP: dict[str, str] = {
     Stage.NOT_IN_CANDIDATES.value: "in no channel's candidates",
-    Stage.FUSED_OUT.value: "in a channel's candidates, ranked below top_k by the first stage "
-                           "(the fusion, or a single-channel route's own order, then the "
-                           "ranking stage)",
+    Stage.FUSED_OUT.value: "in a channel's candidates, its chunk ranked below the top_k "
+                           "chunks by the first stage (the fusion, or a single-channel "
+                           "route's own order, then the ranking stage); its rank in units, "
+                           "which counts a file's unlabelled chunks once, can still be "
+                           "within top_k",
     Stage.RERANKED_OUT.value: "in the first stage's top_k, moved out by the reranker",
     Stage.ABSTAINED.value: "in the final top_k, dropped or flagged weak by abstention",
     Stage.RETURNED.value: "returned to the caller",
