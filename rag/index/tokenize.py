@@ -17,10 +17,13 @@ import re
 from functools import lru_cache
 from typing import Callable
 
-TOKENIZER_VERSION = "1"
+TOKENIZER_VERSION = "2"
 
-# A run of identifier characters, possibly joined by . / - (dotted names, paths, kebab-case).
-_COMPOUND = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[./\-][A-Za-z_][A-Za-z0-9_]*)*")
+# A run of identifier characters, possibly joined by . / - (dotted names, paths, kebab-case);
+# it may start with digits when a letter follows (``4xx``, ``2fa``, ``3des``: version 2;
+# version 1 read ``4xx`` as ``xx``); a number alone is no token.
+_COMPOUND = re.compile(r"(?<![A-Za-z0-9_])[0-9]*[A-Za-z_][A-Za-z0-9_]*"
+                       r"(?:[./\-][A-Za-z_][A-Za-z0-9_]*)*")
 _PART_SPLIT = re.compile(r"[./\-]")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 

@@ -43,6 +43,9 @@ from rag.search.route import looks_like_symbol, route
     ("_private", ["private"]),
     # duplicates across the text are kept (term frequency)
     ("auth auth", ["auth", "auth"]),
+    # a token may start with digits when a letter follows (4xx, 2fa); a number alone is none
+    ("4xx and 5xx errors", ["4xx", "xx", "5xx", "xx", "errors"]),
+    ("2fa x509 2024-01-01 v1.2", ["2fa", "fa", "x509", "509", "v1"]),
 ])
 def test_tokenize(text: str, tokens: list[str]):
     assert tokenize(text) == tokens
