@@ -97,7 +97,8 @@ def add_parser(sub) -> None:
 def power_table(per_query, *, effect: float, correlation: float,
                 metrics: list[str]) -> list[dict[str, float | int | str]]:
     """Per metric: pilot n, per-query sd, the assumed sd of differences, the MDE at the pilot's
-    size and the positives needed for ``effect``.
+    size and the positives needed for ``effect`` (both None when the pilot has no variance:
+    fewer than 2 positives, or every value equal).
 
     Args:
         per_query: the positives of a per_query.csv (a pandas DataFrame).
@@ -119,10 +120,13 @@ def power_table(per_query, *, effect: float, correlation: float,
         v = per_query[m].astype(float).to_numpy()
         sd = float(np.std(v, ddof=1)) if v.size >= 2 else 0.0
         sd_d = sd * float(np.sqrt(2 * (1 - correlation)))
-        rows.append({"metric": m, "pilot_positives": int(v.size), "mean": float(v.mean()),
-                     "sd": sd, "sd_difference": sd_d,
-                     "mde_at_pilot_size": minimum_detectable_effect(sd_d, int(v.size)),
-                     "effect": effect, "positives_needed": required_queries(sd_d, effect)})
+        sized = sd_d > 0  # without variance in the pilot no study can be sized from it
+        rows.append({"metric": m, "pilot_positives": int(v.size),
+                     "mean": float(v.mean()) if v.size else None, "sd": sd, "sd_difference": sd_d,
+                     "mde_at_pilot_size": (minimum_detectable_effect(sd_d, int(v.size))
+                                           if sized else None),
+                     "effect": effect,
+                     "positives_needed": required_queries(sd_d, effect) if sized else None})
     return rows
 
 
@@ -295,16 +299,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
+        import math
+
+        def finite(r: dict[str, Any]) -> dict[str, Any]:  # JSON has no NaN: null
+            return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                    for k, v in r.items()}
         print(json.dumps({"run_id": run_id, "alpha": ALPHA, "power": POWER,
-                          "correlation": args.correlation, "metrics": table}, indent=2))
+                          "correlation": args.correlation,
+                          "metrics": [finite(r) for r in table]}, indent=2))
         return 0
     print(f"pilot row {run_id[:12]}: paired test, alpha {ALPHA}, power {POWER}, assumed "
           f"correlation {args.correlation:g} between two systems' per-query values")
     for r in table:
         head = f"  {r['metric']:12} pilot {r['pilot_positives']} positives, sd {r['sd']:.3f}: "
-        if not r["sd"] > 0:  # every pilot value equal: no variance to size a study from
-            print(head + f"every positive scores {r['mean']:g}, so the pilot has no variance "
-                  "to size a study from (label more, or pilot a row where the metric varies)")
+        if r["positives_needed"] is None:  # no variance to size a study from
+            why = (f"every positive scores {r['mean']:g}" if r["pilot_positives"] >= 2
+                   else f"{r['pilot_positives']} positive(s) measure no variance")
+            print(head + f"{why}, so the pilot has no variance to size a study from (label "
+                  "more, or pilot a row where the metric varies)")
             continue
         print(head + f"detects {r['mde_at_pilot_size']:.3f} now; {r['positives_needed']} "
               f"positives needed to detect {r['effect']:g}")
@@ -613,8 +625,10 @@ def init_command(args: argparse.Namespace) -> int:
     by_name = bool(args.path or pin)  # found by the run as golden/<corpus name>
     default_found = (out == project_root() / "golden" / view.name) if by_name else (
         bool(cfg.corpus.golden_dir) and out == expand_path(cfg.corpus.golden_dir, base=project_root()))
+    # a pin replaces the default corpus's own (corpus.sdist=flask==3.1.3): the other is unset
     where = (_hydra_arg("corpus.path", str(view.root)) if args.path
-             else _hydra_arg(pin[0], pin[1]) if pin
+             else _hydra_arg(pin[0], pin[1]) + (" corpus.sdist=null" if pin[0] == "corpus.npm"
+                                                else "") if pin
              else _hydra_arg("corpus", args.corpus) if args.corpus else "")
     golden_arg = _hydra_arg("eval.golden_dir", str(out))
     check_where = (f"--path {_shq(str(view.root))}" if args.path
@@ -667,6 +681,15 @@ def check_command(args: argparse.Namespace) -> int:
         golden_dir = Path(args.golden).expanduser().resolve() if args.golden else golden_dir_for(cfg)
         if golden_dir is None:
             raise ValueError(f"no golden set for corpus {cfg.corpus.name!r}: pass --golden DIR")
+        if not args.golden:
+            from rag.app.run import _labelled_corpus
+
+            other = _labelled_corpus(golden_dir)
+            if other and other != str(cfg.corpus.name):  # the default corpus's labels
+                raise ValueError(
+                    f"no golden set for corpus {cfg.corpus.name!r} (golden/{cfg.corpus.name}/ "
+                    f"does not exist; {golden_dir} labels {other!r}): pass --golden DIR, or "
+                    "write one with rag golden init")
         golden = load_golden(golden_dir)
         view = corpus_view_from_config(cfg)
     except GoldenError as exc:

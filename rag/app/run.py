@@ -304,6 +304,13 @@ def print_row(run_id: str | None, cfg: DictConfig, metrics: dict[str, float],
 TOKEN_BUDGET_CSV, TOKEN_BUDGET_FIGURE = "token_budget.csv", "figures/token_budget.png"
 
 
+def _gate_features(tags: dict[str, Any]) -> list[str] | None:
+    """The learned gate's features as the row's ``abstain_gate_features`` tag names them
+    (comma-separated); None when the tag is absent (an older row: read as reading dense)."""
+    raw = tags.get("abstain_gate_features")
+    return [f.strip() for f in str(raw).split(",") if f.strip()] if raw else None
+
+
 def abstention_text(tags: dict[str, Any], cfg: DictConfig, mode: str) -> str:
     """What the row's abstention reads and where it cuts, in words: ``learned gate P(answerable)
     from top_dense, term_coverage: dropped < 0.5269, weak < 0.9009``, or ``top dense cosine:
@@ -318,7 +325,7 @@ def abstention_text(tags: dict[str, Any], cfg: DictConfig, mode: str) -> str:
     text = f"{what}: dropped < {lo}, weak < {hi}"
     from rag.search.abstain import never_acts
 
-    if never_acts(mode):
+    if never_acts(mode, _gate_features(tags) if signal == "learned" else None):
         text += f" (never acts: search.mode={mode} runs no dense channel)"
     return text
 

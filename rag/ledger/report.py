@@ -116,7 +116,10 @@ def abstention_cell(row: LedgerRow) -> str:
     from rag.search.abstain import never_acts
 
     mode = p.get("search.mode")
-    if mode and never_acts(mode):  # a BM25 / grep route scores no dense cosine
+    raw = t.get("abstain_gate_features")
+    features = [f.strip() for f in raw.split(",") if f.strip()] \
+        if signal == "learned" and raw else None
+    if mode and never_acts(mode, features):  # a BM25 / grep route scores no dense cosine
         return f"off (search.mode={mode} runs no dense channel)"
     return f"{signal} [{num(lo)}, {num(hi)}]{moved}"
 

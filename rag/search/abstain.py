@@ -9,6 +9,8 @@ With no dense score (a BM25-only route) no band applies.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from dataclasses import dataclass
 
 
@@ -29,11 +31,16 @@ def band(top_dense: float | None, *, min_dense: float, weak_dense: float) -> Ban
     return Band(drop=False, weak_match=top_dense < weak_dense)
 
 
-def never_acts(mode: str) -> bool:
-    """Whether abstention on the dense signals never acts under ``search.mode=mode``: a
-    single-channel route on a channel other than ``dense`` (``bm25``, ``grep``) scores no
-    dense cosine, so no band applies to any of its queries (``auto``, ``hybrid`` and
-    ``dense`` run the dense channel)."""
+def never_acts(mode: str, gate_features: Sequence[str] | None = None) -> bool:
+    """Whether abstention never acts under ``search.mode=mode``: a single-channel route on a
+    channel other than ``dense`` (``bm25``, ``grep``) scores no dense cosine, so no dense
+    band applies to any of its queries (``auto``, ``hybrid`` and ``dense`` run the dense
+    channel), nor a learned gate that reads a dense signal (:data:`rag.search.signals.
+    DENSE_SIGNALS`). ``gate_features``: the learned gate's features, None for the bands; a
+    gate reading none of them (``bm25_top_z``, ``term_coverage``) acts on any route."""
     from rag.search.channels import CHANNEL_NAMES
+    from rag.search.signals import DENSE_SIGNALS
 
-    return mode in CHANNEL_NAMES and mode != "dense"
+    if mode not in CHANNEL_NAMES or mode == "dense":
+        return False
+    return gate_features is None or any(f in DENSE_SIGNALS for f in gate_features)

@@ -198,7 +198,7 @@ class SearchPipeline:
         t["route"] = time.perf_counter() - t0
         # a single-channel route hands the stage its first ``rank_pool`` chunks (more when an
         # evaluation asks for a deeper list: the rest keeps the channel's order)
-        head_size = max(o.candidates, o.rank_pool)
+        head_size = max(o.candidates, o.rank_pool) if self.ranking is not None else o.candidates
         pool = o.candidates if eff == "hybrid" else max(head_size, o.top_k, 10 * want_paths)
         allowed = None
         if o.types:

@@ -44,6 +44,9 @@ def test_golden_power_from_a_pilot_row(row, capsys):
     if sd_d > 0:
         assert mrr["positives_needed"] == required_queries(sd_d, 0.1)
         assert mrr["mde_at_pilot_size"] == pytest.approx(minimum_detectable_effect(sd_d, 3))
+    for r in got.values():  # no variance: nothing sized, and the JSON holds no NaN
+        assert (r["positives_needed"] is None) == (r["sd"] == 0)
+        assert (r["mde_at_pilot_size"] is None) == (r["sd"] == 0)
     # the text: a metric without variance in the pilot says so instead of "detects nan"
     assert main(["golden", "power", "--run", run_id[:8], "--tracking-uri", uri]) == 0
     text = capsys.readouterr().out

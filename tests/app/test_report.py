@@ -237,3 +237,10 @@ def test_the_abstention_cell_says_off_where_the_route_scores_no_dense_cosine():
     assert abstention_cell(row("dense")) == "top_dense [0.309, 0.407]"
     assert abstention_cell(row("bm25")) == "off (search.mode=bm25 runs no dense channel)"
     assert abstention_cell(row("grep")) == "off (search.mode=grep runs no dense channel)"
+    # a learned gate acts on a BM25 route unless it reads a dense signal
+    lexical = row("bm25")
+    lexical.tags.update(abstain_signal="learned", abstain_gate_features="bm25_top_z,term_coverage",
+                        abstain_min="0.5", abstain_weak="0.9")
+    assert abstention_cell(lexical) == "learned [0.5, 0.9]"
+    lexical.tags["abstain_gate_features"] = "top_dense,term_coverage"
+    assert abstention_cell(lexical).startswith("off (search.mode=bm25")

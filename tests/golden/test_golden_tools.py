@@ -98,6 +98,20 @@ def test_init_and_check_name_a_pinned_release(tmp_path, project, monkeypatch, ca
     from rag.app.search_cli import compose_config
 
     assert run_mod.golden_dir_for(compose_config(["corpus.sdist='demo==1.2.0'"])) == out
+    # an npm pin: the printed run unsets the default corpus's sdist
+    pkg = write_tree(cache / "corpora" / "npm-demo-js-2.0.0" / "package",
+                     {"index.js": "function run() {}\n"})
+    (pkg.parent / ".complete").write_text("demo-js-2.0.0.tgz\n")
+    assert main(["golden", "init", "--npm", "demo-js@2.0.0"]) == 0
+    assert "python -m rag.run corpus.npm=demo-js@2.0.0 corpus.sdist=null eval.golden_dir=" in \
+        capsys.readouterr().out
+    assert compose_config(["corpus.npm=demo-js@2.0.0", "corpus.sdist=null"]).corpus.name == \
+        "demo-js-2.0.0"
+    # check without --golden on a release nobody labelled: said, not golden/flask checked
+    write_tree(cache / "corpora" / "other-1.0" / "other-1.0", {"a.py": "x = 1\n"})
+    (cache / "corpora" / "other-1.0" / ".complete").write_text("other-1.0.tar.gz\n")
+    assert main(["golden", "check", "--sdist", "other==1.0"]) == 2
+    assert "no golden set for corpus 'other-1.0'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["golden", "init", "--sdist", "demo==1.2.0", "--path", str(release)])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
