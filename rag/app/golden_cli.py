@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, Sequence
 
@@ -424,7 +425,13 @@ def add_tool_parsers(acts) -> None:
 def _corpus_args(args: Any) -> tuple[str | None, str | None, list[str]]:
     """(``--corpus``, ``--path``, the overrides of ``--sdist``/``--npm``) of a golden command."""
     extra = []
-    if getattr(args, "sdist", None):
+    sdist = getattr(args, "sdist", None)
+    if sdist and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*",
+                                  sdist.replace(" ", "")):
+        # labels name the lines of one release: the newest one would move under them
+        raise ValueError(f"--sdist {sdist!r}: pin one release, NAME==VERSION (e.g. "
+                         "requests==2.32.3)")
+    if sdist:
         extra = [_hydra_override("corpus.sdist", args.sdist), "corpus.npm=null",
                  "corpus.path=null"]
     elif getattr(args, "npm", None):

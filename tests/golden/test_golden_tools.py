@@ -112,6 +112,10 @@ def test_init_and_check_name_a_pinned_release(tmp_path, project, monkeypatch, ca
     (cache / "corpora" / "other-1.0" / ".complete").write_text("other-1.0.tar.gz\n")
     assert main(["golden", "check", "--sdist", "other==1.0"]) == 2
     assert "no golden set for corpus 'other-1.0'" in capsys.readouterr().err
+    # a requirement that pins no release is refused, before anything is fetched
+    for req in ("demo", "demo>=1", "--index-url=http://x/ demo==1"):
+        assert main(["golden", "init", f"--sdist={req}"]) == 2
+        assert "pin one release, NAME==VERSION" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["golden", "init", "--sdist", "demo==1.2.0", "--path", str(release)])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
